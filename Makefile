@@ -1,0 +1,39 @@
+# fabriclab: `make demo` runs the main job, `make test` runs the tests. Both set themselves up (as root).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+FABRICLAB := $(VENV)/bin/fabriclab
+
+.PHONY: setup demo test test-unit test-integration lint bench clean help
+
+help:
+	@echo "make demo   - set up, then run the main demo on the default leaf-spine fabric"
+	@echo "make test   - set up, then run the whole test suite (unit + integration, needs root)"
+	@echo "make setup  - apt packages, venv ($(VENV)), Open vSwitch started (idempotent)"
+	@echo "make lint   - ruff"
+	@echo "make bench  - transport benchmark (JSON)"
+	@echo "make clean  - remove anything fabriclab left running (namespaces, bridges, processes)"
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	$(FABRICLAB) demo
+
+test: setup
+	$(VENV)/bin/ruff check topologies emulator transport experiments tests
+	$(PY) -m pytest -q
+
+test-unit: setup
+	$(PY) -m pytest -q -m "not root"
+
+test-integration: setup
+	$(PY) -m pytest -q -m root
+
+lint: setup
+	$(VENV)/bin/ruff check topologies emulator transport experiments tests
+
+bench: setup
+	$(FABRICLAB) bench transport --json
+
+clean:
+	@if [ -x $(FABRICLAB) ]; then $(FABRICLAB) clean; fi

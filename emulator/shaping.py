@@ -1,0 +1,143 @@
+"""Link shaping and impairments on one interface: HTB for the rate, netem or nftables for delay and loss.
+
+Every command is built here as an argument list and run through a `runner` (the root namespace or a
+Mininet host's shell), so the same code serves switch-side and host-side interfaces. Which method
+applied each impairment is reported, because results depend on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from emulator.errors import EmulatorError
+from emulator.state import NFT_PREFIX
+
+log = logging.getLogger(__name__)
+
+# runner(argv) -> (exit code, output)
+Runner = Callable[[list[str]], tuple[int, str]]
+
+HTB_HANDLE = "5:"
+HTB_CLASS = "5:1"
+LEAF_HANDLE = "10:"
+# Loss granularity: nftables draws from numgen mod LOSS_SCALE, so 0.01 % steps.
+LOSS_SCALE = 10000
+
+
+@dataclass(frozen=True)
+class Impairment:
+    rate_mbps: float | None = None
+    delay_ms: float = 0.0
+    loss_pct: float = 0.0
+    queue_packets: int | None = None
+
+
+def nft_table_name(intf: str) -> str:
+    return NFT_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", intf)
+
+
+def _burst_kb(rate_mbps: float) -> int:
+    # About one millisecond's worth of bytes, at least 15 kB: keeps HTB accurate at low and high rates.
+    return max(15, int(rate_mbps / 8))
+
+
+def rate_change_command(intf: str, rate_mbps: float) -> list[str]:
+    burst = f"{_burst_kb(rate_mbps)}k"
+    return ["tc", "class", "change", "dev", intf, "parent", HTB_HANDLE, "classid", HTB_CLASS, "htb",
+            "rate", f"{rate_mbps}mbit", "burst", burst, "cburst", burst]
+
+
+def shape_commands(intf: str, imp: Impairment, *, netem: bool) -> list[list[str]]:
+    """tc commands that give `intf` its rate, queue and (with netem) delay and loss on egress."""
+    cmds: list[list[str]] = [["tc", "qdisc", "del", "dev", intf, "root"]]
+    parent = "root"
+    if imp.rate_mbps:
+        cmds.append(["tc", "qdisc", "add", "dev", intf, "root", "handle", HTB_HANDLE, "htb", "default", "1"])
+        burst_kb = _burst_kb(imp.rate_mbps)
+        cmds.append(
+            ["tc", "class", "add", "dev", intf, "parent", HTB_HANDLE, "classid", HTB_CLASS, "htb",
+             "rate", f"{imp.rate_mbps}mbit", "burst", f"{burst_kb}k", "cburst", f"{burst_kb}k"]
+        )
+        parent = f"parent {HTB_CLASS}"
+    wants_netem = imp.delay_ms > 0 or (imp.loss_pct > 0 and netem)
+    if wants_netem:
+        if not netem:
+            raise EmulatorError(
+                f"{intf}: a delay of {imp.delay_ms} ms needs netem (sch_netem), which this kernel lacks; "
+                "remove the delay (delay=0) or run in the VM, whose kernel has netem"
+            )
+        leaf = ["netem"]
+        if imp.delay_ms > 0:
+            leaf += ["delay", f"{imp.delay_ms}ms"]
+        if imp.loss_pct > 0:
+            leaf += ["loss", f"{imp.loss_pct}%"]
+        leaf += ["limit", str(imp.queue_packets or 1000)]
+    elif imp.queue_packets:
+        leaf = ["pfifo", "limit", str(imp.queue_packets)]
+    else:
+        leaf = []
+    if leaf:
+        where = parent.split() if parent != "root" else ["root"]
+        handle = ["handle", LEAF_HANDLE]
+        cmds.append(["tc", "qdisc", "add", "dev", intf, *where, *handle, *leaf])
+    return cmds
+
+
+def nft_loss_ruleset(intf: str, loss_pct: float) -> str:
+    """An nftables netdev table dropping loss_pct % of IPv4 packets leaving intf."""
+    threshold = round(loss_pct / 100 * LOSS_SCALE)
+    return (
+        f'table netdev {nft_table_name(intf)} {{ chain egress {{ type filter hook egress device "{intf}" '
+        f"priority 0; meta protocol ip numgen random mod {LOSS_SCALE} lt {threshold} counter drop ; }} ; }}"
+    )
+
+
+class InterfaceShaper:
+    """Applies and changes impairments on interfaces; knows whether to use netem or nftables."""
+
+    def __init__(self, *, netem: bool, nft_egress: bool) -> None:
+        self.netem = netem
+        self.nft_egress = nft_egress
+
+    @property
+    def loss_method(self) -> str | None:
+        return "netem" if self.netem else ("nftables" if self.nft_egress else None)
+
+    def apply(self, intf: str, imp: Impairment, run: Runner) -> list[str]:
+        """Configure intf; returns the nftables tables created (the caller records them)."""
+        for cmd in shape_commands(intf, imp, netem=self.netem):
+            code, out = run(cmd)
+            # Deleting a root qdisc that is not there fails harmlessly.
+            if code != 0 and cmd[2] != "del":
+                raise EmulatorError(f"{intf}: '{shlex.join(cmd)}' failed: {out.strip()}")
+        return self.set_loss(intf, imp.loss_pct, run) if not self.netem else []
+
+    def set_loss(self, intf: str, loss_pct: float, run: Runner, imp: Impairment | None = None) -> list[str]:
+        """Change random loss on intf's egress at runtime."""
+        if not 0 <= loss_pct < 100:
+            raise EmulatorError(f"loss {loss_pct} % is out of range; use 0 <= loss < 100")
+        if self.netem:
+            imp = Impairment(
+                rate_mbps=imp.rate_mbps if imp else None,
+                delay_ms=imp.delay_ms if imp else 0.0,
+                loss_pct=loss_pct,
+                queue_packets=imp.queue_packets if imp else None,
+            )
+            self.apply(intf, imp, run)
+            return []
+        table = nft_table_name(intf)
+        run(["nft", "delete", "table", "netdev", table])
+        if loss_pct <= 0:
+            return []
+        if not self.nft_egress:
+            raise EmulatorError(
+                f"{intf}: random loss needs netem or nftables' netdev egress hook; this kernel has neither"
+            )
+        code, out = run(["nft", nft_loss_ruleset(intf, loss_pct)])
+        if code != 0:
+            raise EmulatorError(f"{intf}: nftables loss rule failed: {out.strip()}")
+        return [table]

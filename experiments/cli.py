@@ -1,0 +1,79 @@
+"""The `fabriclab` command line: one entry point whose subcommands live beside the code they drive.
+
+Each package contributes a module with `register(subparsers)`; a subcommand's handler takes the parsed
+arguments and returns an exit code. The module also names, in `USER_ERRORS`, the exception classes that
+mean "bad input or environment": those are shown as one line with the fix, a non-zero exit and no
+traceback. Packages stay independent of each other: none imports the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+# Modules that add subcommands; each has `register(subparsers) -> None`.
+_COMMAND_MODULES = (
+    "emulator.cli",
+    "transport.cli",
+    "experiments.commands",
+)
+
+
+def _command_modules() -> list:
+    modules = []
+    for name in _COMMAND_MODULES:
+        try:
+            modules.append(importlib.import_module(name))
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    return modules
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fabriclab",
+        description="Emulate AI data-centre fabrics (Mininet + Open vSwitch + an OpenFlow controller) "
+        "and measure an SRD-like multipath transport on them.",
+    )
+    parser.add_argument("--version", action="version", version=f"fabriclab {_version()}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in _command_modules():
+        module.register(sub)
+    return parser
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("fabriclab")
+    except Exception:
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    user_errors = tuple(e for m in _command_modules() for e in getattr(m, "USER_ERRORS", ()))
+    try:
+        return int(args.func(args) or 0)
+    except user_errors as exc:
+        print(f"fabriclab {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fabriclab {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

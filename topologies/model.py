@@ -1,0 +1,142 @@
+"""Plain-data description of a fabric: nodes, links and their ports.
+
+A `Topology` is everything the emulator, the controller and the experiments need to know about a
+fabric, and nothing about how it runs. It is immutable, JSON-round-trippable and testable without root.
+
+Conventions every user of the model relies on:
+- Port numbers are explicit on both ends of every link; the emulator creates interface
+  `<node>-eth<port>` with exactly that OpenFlow port number, so the controller knows the wiring from
+  this description alone.
+- Hosts have one or more links; a host's address is on its first link (`<host>-eth<first port>`).
+- Switch DPIDs are unique positive integers; host IPs and MACs are unique.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+HOST_ROLES = ("host", "gpu")
+SWITCH_ROLES = ("spine", "leaf", "tor", "local", "switch")
+FABRIC_ROLES = ("spine", "leaf", "tor")
+
+
+@dataclass(frozen=True)
+class Node:
+    """A host or a switch. Hosts carry `ip` (CIDR form, e.g. 10.0.0.1/16) and `mac`; switches `dpid`."""
+
+    name: str
+    role: str
+    ip: str | None = None
+    mac: str | None = None
+    dpid: int | None = None
+    # Free-form grouping used by builders, e.g. {"leaf": "leaf1"} or {"server": "s1"}.
+    labels: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def is_host(self) -> bool:
+        return self.role in HOST_ROLES
+
+    @property
+    def is_switch(self) -> bool:
+        return self.role in SWITCH_ROLES
+
+    @property
+    def address(self) -> str | None:
+        """The IP without the prefix length."""
+        return self.ip.split("/")[0] if self.ip else None
+
+
+@dataclass(frozen=True)
+class Link:
+    """A full-duplex link; rate, delay and loss apply in each direction."""
+
+    a: str
+    a_port: int
+    b: str
+    b_port: int
+    rate_mbps: float
+    delay_ms: float = 0.0
+    loss_pct: float = 0.0
+    queue_packets: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.a}-{self.b}"
+
+    def intf(self, node: str) -> str:
+        """Interface name of this link on `node` (`<node>-eth<port>`)."""
+        return f"{node}-eth{self.port(node)}"
+
+    def port(self, node: str) -> int:
+        if node == self.a:
+            return self.a_port
+        if node == self.b:
+            return self.b_port
+        raise KeyError(f"{node} is not an end of link {self.name}")
+
+    def peer(self, node: str) -> str:
+        if node == self.a:
+            return self.b
+        if node == self.b:
+            return self.a
+        raise KeyError(f"{node} is not an end of link {self.name}")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A named fabric. Build one with a builder, `parse_spec()` or `load()`; `validate()` checks it."""
+
+    name: str
+    nodes: tuple[Node, ...]
+    links: tuple[Link, ...]
+    # Where it came from (builder name and parameters, or file), for results files.
+    params: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    # -- lookups -------------------------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    @property
+    def hosts(self) -> list[Node]:
+        return [n for n in self.nodes if n.is_host]
+
+    @property
+    def switches(self) -> list[Node]:
+        return [n for n in self.nodes if n.is_switch]
+
+    def by_role(self, role: str) -> list[Node]:
+        return [n for n in self.nodes if n.role == role]
+
+    def links_of(self, node: str) -> list[Link]:
+        return [lk for lk in self.links if node in (lk.a, lk.b)]
+
+    def links_between(self, a: str, b: str) -> list[Link]:
+        return [lk for lk in self.links if {lk.a, lk.b} == {a, b}]
+
+    def host_switch(self, host: str) -> tuple[str, int]:
+        """(switch, switch port) of the host's first link."""
+        lk = self.links_of(host)[0]
+        return lk.peer(host), lk.port(lk.peer(host))
+
+    # -- plain data ------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "params": dict(self.params),
+            "nodes": [{k: v for k, v in asdict(n).items() if v not in (None, {})} for n in self.nodes],
+            "links": [{k: v for k, v in asdict(lk).items() if v is not None} for lk in self.links],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Topology:
+        """Inverse of to_dict(); no validation (see topologies.validate)."""
+        return cls(
+            name=data["name"],
+            nodes=tuple(Node(**n) for n in data["nodes"]),
+            links=tuple(Link(**lk) for lk in data["links"]),
+            params=dict(data.get("params", {})),
+        )
