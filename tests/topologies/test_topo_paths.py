@@ -1,0 +1,146 @@
+"""Equal-cost paths, next hops around failures, and the routing table the controller builds on."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from topologies import (
+    Link,
+    Node,
+    Topology,
+    equal_cost_paths,
+    in_server,
+    leaf_spine,
+    link_at,
+    next_hops,
+    path_count,
+    routing_table,
+    shortest_path_length,
+    spines_on_paths,
+    validate,
+)
+from topologies.paths import distances, nodes_on_paths
+
+
+def test_two_by_two() -> None:
+    topo = leaf_spine(spines=2, leaves=2, hosts_per_leaf=2)
+    assert equal_cost_paths(topo, "h1", "h3") == [
+        ["h1", "leaf1", "spine1", "leaf2", "h3"],
+        ["h1", "leaf1", "spine2", "leaf2", "h3"],
+    ]
+    assert equal_cost_paths(topo, "h1", "h2") == [["h1", "leaf1", "h2"]]
+    assert shortest_path_length(topo, "h1", "h3") == 4
+    assert shortest_path_length(topo, "h1", "h2") == 2
+    assert equal_cost_paths(topo, "h1", "h1") == [["h1"]]
+
+
+def test_four_by_four() -> None:
+    topo = leaf_spine(spines=4, leaves=4, hosts_per_leaf=2)
+    paths = equal_cost_paths(topo, "h1", "h8")
+    assert len(paths) == 4
+    assert [p[2] for p in paths] == ["spine1", "spine2", "spine3", "spine4"]
+    assert spines_on_paths(topo, "h1", "h8") == ["spine1", "spine2", "spine3", "spine4"]
+    assert spines_on_paths(topo, "h1", "h2") == []
+    # Between switches too.
+    assert len(equal_cost_paths(topo, "leaf1", "leaf2")) == 4
+    assert equal_cost_paths(topo, "spine1", "spine2") == [
+        ["spine1", "leaf1", "spine2"],
+        ["spine1", "leaf2", "spine2"],
+        ["spine1", "leaf3", "spine2"],
+        ["spine1", "leaf4", "spine2"],
+    ]
+
+
+def test_in_server_paths() -> None:
+    topo = in_server(servers=2, gpus_per_server=4)
+    assert equal_cost_paths(topo, "s1g1", "s1g4") == [["s1g1", "nv1", "s1g4"]]
+    assert equal_cost_paths(topo, "s1g1", "s2g2") == [["s1g1", "nv1", "tor1", "nv2", "s2g2"]]
+    assert nodes_on_paths(topo, "s1g1", "s2g2", role="tor") == ["tor1"]
+    two_nics = in_server(servers=2, gpus_per_server=2, nics_per_server=2)
+    # Parallel NIC links share a node path but are separate next hops and link-level paths.
+    assert len(equal_cost_paths(two_nics, "s1g1", "s2g1")) == 1
+    assert path_count(two_nics, "s1g1", "s2g1") == 4
+    assert [lk.port("nv1") for lk in next_hops(two_nics, "nv1", "s2g1")] == [3, 4]
+
+
+def test_next_hops_and_down_links() -> None:
+    topo = leaf_spine(spines=4, leaves=2, hosts_per_leaf=2)
+    ups = next_hops(topo, "leaf1", "h3")
+    assert [lk.port("leaf1") for lk in ups] == [3, 4, 5, 6]
+    assert next_hops(topo, "leaf1", "h2") == [link_at(topo, "leaf1", 2)]
+    assert next_hops(topo, "spine2", "h3") == [link_at(topo, "spine2", 2)]
+    assert next_hops(topo, "h1", "h3") == [link_at(topo, "h1", 0)]
+    assert next_hops(topo, "h3", "h3") == []
+
+    # Leaf1's uplink to spine2 fails: leaf1 stops using it.
+    down = {link_at(topo, "leaf1", 4)}
+    assert [lk.port("leaf1") for lk in next_hops(topo, "leaf1", "h3", down)] == [3, 5, 6]
+    assert len(equal_cost_paths(topo, "h1", "h3", down)) == 3
+    # Spine2 to leaf2 fails: leaf1 avoids spine2 for h3 and spine2 detours through leaf1 (4 hops).
+    down = frozenset({link_at(topo, "spine2", 2)})
+    assert [lk.port("leaf1") for lk in next_hops(topo, "leaf1", "h3", down)] == [3, 5, 6]
+    assert [lk.peer("spine2") for lk in next_hops(topo, "spine2", "h3", down)] == ["leaf1"]
+    assert shortest_path_length(topo, "spine2", "h3", down) == 4
+    # All uplinks of leaf1 down: h1 cannot reach h3 any more.
+    down = frozenset(topo.links_between("leaf1", f"spine{j}")[0] for j in range(1, 5))
+    assert next_hops(topo, "leaf1", "h3", down) == []
+    assert equal_cost_paths(topo, "h1", "h3", down) == []
+    assert shortest_path_length(topo, "h1", "h3", down) is None
+    assert path_count(topo, "h1", "h3", down) == 0
+    assert next_hops(topo, "leaf1", "h2", down) == [link_at(topo, "leaf1", 2)]
+
+
+def test_paths_never_cross_hosts() -> None:
+    # h2 is multi-homed to both switches; the only switch-only path from s1 to s2 is the direct link.
+    nodes = (
+        Node("s1", "switch", dpid=1),
+        Node("s2", "switch", dpid=2),
+        Node("h1", "host", ip="10.0.0.1/16", mac="02:00:00:00:00:01"),
+        Node("h2", "host", ip="10.0.0.2/16", mac="02:00:00:00:00:02"),
+        Node("h3", "host", ip="10.0.0.3/16", mac="02:00:00:00:00:03"),
+    )
+    links = (
+        Link("h1", 0, "s1", 1, 10.0),
+        Link("h2", 0, "s1", 2, 10.0),
+        Link("h2", 1, "s2", 1, 10.0),
+        Link("s1", 3, "s2", 2, 10.0),
+        Link("h3", 0, "s2", 3, 10.0),
+    )
+    topo = validate(Topology("multi", nodes, links))
+    assert equal_cost_paths(topo, "h1", "h3") == [["h1", "s1", "s2", "h3"]]
+    assert equal_cost_paths(topo, "h2", "h3") == [["h2", "s2", "h3"]]
+    assert next_hops(topo, "h2", "h1") == [link_at(topo, "h2", 0)]
+    down = {link_at(topo, "s1", 3)}
+    assert equal_cost_paths(topo, "h1", "h3", down) == []
+    assert distances(topo, "h3", down).get("s1") is None
+
+
+def test_routing_table_matches_next_hops() -> None:
+    topo = leaf_spine(spines=3, leaves=3, hosts_per_leaf=2)
+    down = {link_at(topo, "leaf2", 4)}
+    table = routing_table(topo, down)
+    assert set(table) == {s.name for s in topo.switches}
+    for switch, routes in table.items():
+        for host, links in routes.items():
+            assert links == next_hops(topo, switch, host, down)
+
+
+def test_unknown_node() -> None:
+    topo = leaf_spine()
+    with pytest.raises(KeyError):
+        equal_cost_paths(topo, "nope", "h1")
+    with pytest.raises(KeyError):
+        next_hops(topo, "leaf1", "nope")
+    with pytest.raises(KeyError, match="no link on leaf1 port 99"):
+        link_at(topo, "leaf1", 99)
+
+
+def test_fast_for_a_hundred_switches() -> None:
+    topo = leaf_spine(spines=16, leaves=84, hosts_per_leaf=4)
+    start = time.perf_counter()
+    table = routing_table(topo)
+    assert len(equal_cost_paths(topo, "h1", f"h{84 * 4}")) == 16
+    assert time.perf_counter() - start < 2.0
+    assert len(table["leaf1"]["h5"]) == 16

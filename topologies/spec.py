@@ -1,0 +1,329 @@
+"""Topology specs from the command line, custom fabric files, and the JSON hand-off to the controller.
+
+A spec is either a builder with options, `leaf-spine:spines=4,leaves=4,hosts=2,rate=20` (a bare
+`leaf-spine` uses the defaults), or the path of a `.yaml`/`.yml`/`.json` fabric file.
+
+Spec keys (rates in Mbit/s, delay in ms, loss in percent, queue in packets; they apply to all links):
+  leaf-spine: spines, leaves, hosts (per leaf), rate (sets host_rate and fabric_rate), host_rate,
+              fabric_rate, delay, loss, queue
+  in-server:  servers, gpus (per server), gpu_rate, nic_rate, nics (per server), delay, loss, queue
+
+Fabric file format (YAML or JSON)::
+
+    name: two-tier                # optional, defaults to the file name without its suffix
+    description: a small fabric   # optional, kept in params
+    defaults:                     # optional; apply to links that do not say otherwise
+      rate_mbps: 20               # default 20
+      delay_ms: 0                 # default 0
+      loss_pct: 0                 # default 0, must be in [0, 100)
+      queue_packets: 100          # default none (the emulator's default queue)
+    nodes:                        # full form: name, role, and optional ip, mac, dpid, labels
+      - {name: spine1, role: spine, dpid: 100}
+      - {name: h1, role: host, ip: 10.0.0.10/16, labels: {rack: r1}}
+    switches: {leaf1: leaf, leaf2: leaf}   # shorthand: name -> role
+    hosts: [h2, h3]                        # shorthand: role host
+    links:                        # a and b required; everything else optional
+      - {a: h1, b: leaf1}
+      - {a: h2, b: leaf2}
+      - {a: h3, b: leaf2, loss_pct: 1}
+      - {a: leaf1, b: spine1, rate_mbps: 40, a_port: 10, b_port: 1}
+      - {a: leaf2, b: spine1}
+
+Node order (which decides planned addresses) is `nodes`, then `switches`, then `hosts`. Roles: hosts
+are `host` or `gpu`; switches are `spine`, `leaf`, `tor`, `local` (in-server, NVSwitch-like) or
+`switch`. Missing ip/mac/dpid come from the address plan (see topologies.builders); an ip without a
+prefix length gets /16. Missing ports are the next free port on that node: hosts count from 0,
+switches from 1, skipping ports that any link gives explicitly. Quote MAC addresses in YAML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topologies.builders import BUILDERS, PREFIX_LEN, assign_addresses
+from topologies.model import HOST_ROLES, SWITCH_ROLES, Link, Node, Topology
+from topologies.validate import (
+    ALL_ROLES,
+    SpecError,
+    check_count,
+    check_delay,
+    check_loss,
+    check_name,
+    check_queue,
+    check_rate,
+    check_unknown_keys,
+    validate,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SPEC = "leaf-spine:spines=4,leaves=4,hosts=2,rate=20"
+FILE_SUFFIXES = (".yaml", ".yml", ".json")
+DEFAULT_RATE_MBPS = 20.0
+
+Check = Callable[[Any, str, str], Any]
+
+# Spec key -> (builder argument(s), check, example value).
+_SPEC_KEYS: dict[str, dict[str, tuple[tuple[str, ...], Check, str]]] = {
+    "leaf-spine": {
+        "spines": (("spines",), check_count, "4"),
+        "leaves": (("leaves",), check_count, "4"),
+        "hosts": (("hosts_per_leaf",), check_count, "2"),
+        "rate": (("host_rate", "fabric_rate"), check_rate, "20"),
+        "host_rate": (("host_rate",), check_rate, "20"),
+        "fabric_rate": (("fabric_rate",), check_rate, "40"),
+        "delay": (("delay_ms",), check_delay, "0.5"),
+        "loss": (("loss_pct",), check_loss, "1"),
+        "queue": (("queue_packets",), check_queue, "100"),
+    },
+    "in-server": {
+        "servers": (("servers",), check_count, "2"),
+        "gpus": (("gpus_per_server",), check_count, "8"),
+        "gpu_rate": (("gpu_rate",), check_rate, "100"),
+        "nic_rate": (("nic_rate",), check_rate, "20"),
+        "nics": (("nics_per_server",), check_count, "1"),
+        "delay": (("delay_ms",), check_delay, "0.5"),
+        "loss": (("loss_pct",), check_loss, "1"),
+        "queue": (("queue_packets",), check_queue, "100"),
+    },
+}
+
+_FILE_KEYS = ("name", "description", "params", "defaults", "nodes", "switches", "hosts", "links")
+_DEFAULT_KEYS = ("rate_mbps", "delay_ms", "loss_pct", "queue_packets")
+_NODE_KEYS = tuple(f.name for f in dataclasses.fields(Node))
+_LINK_KEYS = tuple(f.name for f in dataclasses.fields(Link))
+
+
+def _number(text: str) -> int | float | str:
+    """Parse a spec value; leave it as text when it is not a number so the check can say so."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_spec(text: str) -> Topology:
+    """Build the topology a command-line spec describes (builder with options, or a fabric file)."""
+    spec = text.strip()
+    if not spec:
+        raise SpecError(f"empty topology spec; use e.g. {DEFAULT_SPEC}")
+    # A bare word is a builder name even if a file of that name happens to exist in the cwd.
+    if spec.lower().endswith(FILE_SUFFIXES) or ("/" in spec and Path(spec).is_file()):
+        return load(spec)
+    name, _, options = spec.partition(":")
+    builder = name.strip().lower().replace("_", "-")
+    if builder not in BUILDERS:
+        raise SpecError(
+            f"unknown topology {name!r}; builders: {', '.join(sorted(BUILDERS))} "
+            f"(or the path of a .yaml/.yml/.json fabric file), e.g. {DEFAULT_SPEC}"
+        )
+    keys = _SPEC_KEYS[builder]
+    kwargs: dict[str, Any] = {}
+    given: set[str] = set()
+    for item in options.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if not eq or not key or not value:
+            raise SpecError(f"malformed option {item!r} in spec {spec!r}; write key=value, e.g. spines=4")
+        check_unknown_keys([key], keys, f"{builder} spec")
+        if key in given:
+            raise SpecError(f"option {key} given twice in spec {spec!r}; give it once")
+        given.add(key)
+        args, check, example = keys[key]
+        checked = check(_number(value), key, f"{key}={example}")
+        for arg in args:
+            # A specific key (host_rate) wins over a general one (rate) whatever the order.
+            if arg not in kwargs or len(args) == 1:
+                kwargs[arg] = checked
+    topo = BUILDERS[builder](**kwargs)
+    log.debug("spec %r -> %s", spec, topo.name)
+    return dataclasses.replace(topo, params={**topo.params, "spec": spec})
+
+
+# -- files -----------------------------------------------------------------------------------------
+
+
+def _read(path: Path) -> Any:
+    if not path.exists():
+        raise SpecError(f"topology file {path} does not exist; check the path")
+    if not path.is_file():
+        raise SpecError(f"topology file {path} is not a file; give a .yaml/.yml/.json file")
+    suffix = path.suffix.lower()
+    if suffix not in FILE_SUFFIXES:
+        raise SpecError(f"topology file {path} must end in .yaml, .yml or .json")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read topology file {path}: {exc}") from None
+    try:
+        if suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(
+            f"cannot parse topology file {path}: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"cannot parse topology file {path}: {problem}{where}") from None
+
+
+def _mapping(value: Any, field: str, example: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SpecError(f"{field} must be a mapping, e.g. {example}")
+    return value
+
+
+def _list(value: Any, field: str, example: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise SpecError(f"{field} must be a list, e.g. {example}")
+    return value
+
+
+def _node_from(entry: Any, field: str) -> Node:
+    entry = _mapping(entry, field, "{name: leaf1, role: leaf}")
+    check_unknown_keys(entry, _NODE_KEYS, field)
+    name = check_name(entry.get("name"), f"{field}.name")
+    role = entry.get("role")
+    if role not in ALL_ROLES:
+        raise SpecError(f"{field}.role {role!r} (node {name}) is unknown; roles: {', '.join(ALL_ROLES)}")
+    ip, mac = entry.get("ip"), entry.get("mac")
+    if isinstance(ip, str) and "/" not in ip:
+        ip = f"{ip}/{PREFIX_LEN}"
+    if isinstance(mac, int):
+        # YAML 1.1 reads some unquoted MACs (e.g. 12:34:56:00:00:01) as base-60 integers.
+        raise SpecError(f'{field}.mac (node {name}) was read as a number; quote it, e.g. mac: "{mac}"')
+    labels = entry.get("labels") or {}
+    return Node(name, role, ip=ip, mac=mac, dpid=entry.get("dpid"), labels=labels)
+
+
+def _nodes_from(data: dict[str, Any]) -> list[Node]:
+    entries = _list(data.get("nodes", []), "nodes", "[{name: leaf1, role: leaf}]")
+    nodes = [_node_from(entry, f"nodes[{i}]") for i, entry in enumerate(entries)]
+    switches = _mapping(data.get("switches", {}), "switches", "{leaf1: leaf, spine1: spine}")
+    for name, role in switches.items():
+        check_name(name, "switches name")
+        if role not in SWITCH_ROLES:
+            raise SpecError(f"switches.{name} role {role!r} is not a switch role; roles: {', '.join(SWITCH_ROLES)}")
+        nodes.append(Node(name, role))
+    for i, name in enumerate(_list(data.get("hosts", []), "hosts", "[h1, h2]")):
+        nodes.append(Node(check_name(name, f"hosts[{i}]"), HOST_ROLES[0]))
+    return nodes
+
+
+def _links_from(data: dict[str, Any], nodes: list[Node]) -> list[Link]:
+    defaults = _mapping(data.get("defaults", {}) or {}, "defaults", "{rate_mbps: 20}")
+    check_unknown_keys(defaults, _DEFAULT_KEYS, "defaults")
+    base = {
+        "rate_mbps": check_rate(defaults.get("rate_mbps", DEFAULT_RATE_MBPS), "defaults.rate_mbps", "rate_mbps: 20"),
+        "delay_ms": check_delay(defaults.get("delay_ms", 0.0), "defaults.delay_ms", "delay_ms: 0.5"),
+        "loss_pct": check_loss(defaults.get("loss_pct", 0.0), "defaults.loss_pct", "loss_pct: 1"),
+        "queue_packets": check_queue(defaults.get("queue_packets"), "defaults.queue_packets", "queue_packets: 100"),
+    }
+    by_name = {n.name: n for n in nodes}
+    entries = _list(data.get("links", []), "links", "[{a: h1, b: leaf1}]")
+    rows = []
+    for i, entry in enumerate(entries):
+        field = f"links[{i}]"
+        entry = _mapping(entry, field, "{a: h1, b: leaf1}")
+        check_unknown_keys(entry, _LINK_KEYS, field)
+        for end in ("a", "b"):
+            if end not in entry:
+                raise SpecError(f"{field} has no {end!r}; a link needs both ends, e.g. {{a: h1, b: leaf1}}")
+            if entry[end] not in by_name:
+                raise SpecError(
+                    f"{field}.{end} {entry[end]!r} is not a declared node; declare it in nodes, switches or hosts"
+                )
+        row = {**base, **entry}
+        row["rate_mbps"] = check_rate(row["rate_mbps"], f"{field}.rate_mbps", "rate_mbps: 20")
+        row["delay_ms"] = check_delay(row["delay_ms"], f"{field}.delay_ms", "delay_ms: 0.5")
+        row["loss_pct"] = check_loss(row["loss_pct"], f"{field}.loss_pct", "loss_pct: 1")
+        row["queue_packets"] = check_queue(row["queue_packets"], f"{field}.queue_packets", "queue_packets: 100")
+        rows.append(row)
+    # Explicit ports are reserved first so automatic ones never collide with them.
+    used: dict[str, set[Any]] = {n.name: set() for n in nodes}
+    for row in rows:
+        for end in ("a", "b"):
+            if f"{end}_port" in row:
+                used[row[end]].add(row[f"{end}_port"])
+    cursor = {n.name: 0 if n.is_host else 1 for n in nodes}
+    for row in rows:
+        for end in ("a", "b"):
+            if f"{end}_port" not in row:
+                node = row[end]
+                while cursor[node] in used[node]:
+                    cursor[node] += 1
+                row[f"{end}_port"] = cursor[node]
+                used[node].add(cursor[node])
+    return [Link(**row) for row in rows]
+
+
+def load(path: str | Path) -> Topology:
+    """Load and validate a custom fabric from a YAML or JSON file (format in the module docstring)."""
+    path = Path(path)
+    data = _read(path)
+    try:
+        data = _mapping(data, "the top level", "name: ..., nodes: [...], links: [...]")
+        check_unknown_keys(data, _FILE_KEYS, "the top level")
+        name = data.get("name", path.stem)
+        if not isinstance(name, str):
+            raise SpecError(f"name {name!r} must be a string, e.g. name: two-tier")
+        params = _mapping(data.get("params", {}) or {}, "params", "{site: lab1}")
+        params = {**params, "file": str(path)}
+        if "description" in data:
+            params["description"] = data["description"]
+        nodes = _nodes_from(data)
+        links = _links_from(data, nodes)
+        topo = validate(Topology(name, assign_addresses(nodes), tuple(links), params))
+    except SpecError as exc:
+        raise SpecError(f"{path}: {exc}") from None
+    log.debug("loaded %s from %s: %d nodes, %d links", topo.name, path, len(topo.nodes), len(topo.links))
+    return topo
+
+
+def dump(topo: Topology, path: str | Path) -> Path:
+    """Validate `topo` and write it as JSON (Topology.to_dict), the form the controller reads."""
+    path = Path(path)
+    validate(topo)
+    path.write_text(json.dumps(topo.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def load_json(path: str | Path) -> Topology:
+    """Read a file written by `dump()` back, exactly as written (no defaults, no auto ports), validated."""
+    path = Path(path)
+    data = _read(path)
+    try:
+        data = _mapping(data, "the top level", '{"name": ..., "nodes": [...], "links": [...]}')
+        check_unknown_keys(data, ("name", "params", "nodes", "links"), "the top level")
+        for key in ("name", "nodes", "links"):
+            if key not in data:
+                raise SpecError(f"missing key {key!r} at the top level; write the file with topologies.dump()")
+        for kind, fields, required in (
+            ("nodes", _NODE_KEYS, ("name", "role")),
+            ("links", _LINK_KEYS, ("a", "a_port", "b", "b_port", "rate_mbps")),
+        ):
+            for i, entry in enumerate(_list(data[kind], kind, "[...]")):
+                _mapping(entry, f"{kind}[{i}]", "{...}")
+                check_unknown_keys(entry, fields, f"{kind}[{i}]")
+                for key in required:
+                    if key not in entry:
+                        raise SpecError(f"{kind}[{i}] has no {key!r}; every entry needs {', '.join(required)}")
+        _mapping(data.get("params", {}), "params", "{}")
+        topo = validate(Topology.from_dict(data))
+    except SpecError as exc:
+        raise SpecError(f"{path}: {exc}") from None
+    return topo
