@@ -15,3 +15,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "root" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _leftover_baseline():
+    """Record what was on the machine before any test, so leftover checks report only our own."""
+    if os.geteuid() == 0:
+        from tests.emulator_helpers import baseline
+
+        baseline()
+    yield

@@ -1,0 +1,200 @@
+"""Subcommands of the emulator: doctor, clean, up, probe."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+
+from emulator.errors import EmulatorError
+from emulator.network import MODES, Fabric, _Terminated
+from topologies import DEFAULT_SPEC, SpecError, parse_spec
+
+log = logging.getLogger(__name__)
+
+USER_ERRORS = (EmulatorError, SpecError)
+
+DATAPATH_NOTE = {
+    True: "openvswitch kernel module present",
+    False: "no openvswitch kernel module: userspace netdev datapath",
+}
+
+TOPO_HELP = (
+    "fabric to build: a spec such as 'leaf-spine:spines=4,leaves=4,hosts=2,rate=20' or "
+    "'in-server:servers=2,gpus=8', or a .yaml/.json file (default: %(default)s)"
+)
+MODE_HELP = (
+    "routing: ecmp (per-flow hash incl. UDP ports), spray (UDP source port's low bits pick the path), "
+    "single (one path per destination), local / via-tor (in-server: GPU traffic through the local "
+    "switch, or up to the ToR and back) (default: %(default)s)"
+)
+
+
+def add_fabric_args(p: argparse.ArgumentParser, default_mode: str = "ecmp") -> None:
+    p.add_argument("--topo", default=DEFAULT_SPEC, metavar="SPEC", help=TOPO_HELP)
+    p.add_argument("--mode", default=default_mode, choices=MODES, help=MODE_HELP)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="check this machine: root, Open vSwitch, datapath, netem, nftables, ...",
+                       description="Check what the emulator needs and what this machine offers. Exits "
+                       "non-zero, with the fix, when something required is missing.")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("clean", help="remove what fabriclab left behind (and nothing else)",
+                       description="Remove namespaces' shells, OVS bridges, interfaces, nftables tables and "
+                       "controller processes recorded by fabriclab runs that are no longer running. Touches "
+                       "nothing fabriclab did not create.")
+    p.add_argument("--force", action="store_true", help="also tear down runs whose process is still alive")
+    p.set_defaults(func=cmd_clean)
+
+    p = sub.add_parser("up", help="bring a fabric up, print its hosts, tear it down on exit",
+                       description="Bring the fabric up with its controller, print hosts and addresses, "
+                       "then wait (Ctrl-C to tear down) or open the Mininet CLI with --cli.")
+    add_fabric_args(p)
+    p.add_argument("--cli", action="store_true", help="open the Mininet CLI; the fabric goes down when you exit it")
+    p.add_argument("--hold", type=float, default=None, metavar="S",
+                   help="tear down after S seconds instead of waiting for Ctrl-C")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("probe", help="send UDP packets src->dst and count how many crossed each spine",
+                       description="The path-spread probe: brings the fabric up, sends N UDP packets from "
+                       "--src to --dst with a fixed source port or one that rotates per packet, and reads "
+                       "from the switches' own counters how many packets crossed each spine.")
+    add_fabric_args(p)
+    p.add_argument("--src", default=None, help="sending host (default: the first host)")
+    p.add_argument("--dst", default=None, help="receiving host (default: the last host)")
+    p.add_argument("--packets", type=int, default=4000, help="packets to send (default: %(default)s)")
+    p.add_argument("--entropy", choices=("fixed", "rotate"), default="rotate",
+                   help="fixed: one source port (one flow); rotate: a new source port per packet "
+                   "(default: %(default)s)")
+    p.add_argument("--rate", type=float, default=4000.0, metavar="PPS",
+                   help="sending rate in packets/s (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_probe)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated()
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from emulator.system import OVS_CTL, capabilities
+
+    c = capabilities()
+    checks = [
+        # (name, ok, required, detail or fix)
+        ("root", c.root, True, "yes" if c.root else "run as root (sudo)"),
+        ("mininet", c.mininet is not None, True, c.mininet or "apt-get install mininet; use the venv from make setup"),
+        ("openvswitch", c.ovs_version is not None, True, c.ovs_version or "apt-get install openvswitch-switch"),
+        ("ovs running", c.ovs_running, True,
+         "yes" if c.ovs_running else f"{OVS_CTL} start --system-id=random --no-monitor"),
+        ("datapath", True, False, f"{c.datapath} ({DATAPATH_NOTE[c.kernel_datapath]})"),
+        ("htb (link rates)", c.htb, True, "yes" if c.htb else "kernel lacks sch_htb"),
+        ("netem (delay, loss)", c.netem, False,
+         "yes" if c.netem else "no: link delay unavailable; loss falls back to nftables"),
+        ("nftables", c.nftables, False, "yes" if c.nftables else "apt-get install nftables"),
+        ("nft egress loss", c.nft_egress, False, "yes" if c.nft_egress else "no netdev egress hook"),
+        ("loss method", c.loss_method is not None, False, c.loss_method or "none: random loss unavailable"),
+        ("controller", c.controller_framework is not None, True, c.controller_framework or "pip install os-ken"),
+        ("iperf3", c.iperf3 is not None, False, c.iperf3 or "apt-get install iperf3 (TCP baseline)"),
+        ("ethtool", c.ethtool, c.datapath == "user", "yes" if c.ethtool else "apt-get install ethtool"),
+    ]
+    failed = [name for name, ok, required, _ in checks if required and not ok]
+    if args.json:
+        print(json.dumps({"ok": not failed, "capabilities": c.to_dict(), "missing": failed}, indent=1))
+    else:
+        for name, ok, required, detail in checks:
+            mark = "ok  " if ok else ("FAIL" if required else "warn")
+            print(f"  [{mark}] {name:<20} {detail}")
+        print("all required parts are present" if not failed else f"missing: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from emulator.state import clean
+
+    removed, skipped = clean(force=args.force)
+    for item in removed:
+        print(f"removed {item}")
+    for item in skipped:
+        print(f"skipped {item} (use --force to tear it down)")
+    if not removed and not skipped:
+        print("nothing to clean")
+    return 0
+
+
+def _describe(fab: Fabric) -> str:
+    lines = [f"fabric {fab.topology.name}: {len(fab.topology.switches)} switches, {len(fab.topology.hosts)} hosts, "
+             f"mode {fab.mode}, {fab.datapath} datapath, up in {fab.timings.bring_up_s:.1f} s",
+             f"controller API: {fab.api.base}"]
+    for h in fab.topology.hosts:
+        sw, port = fab.topology.host_switch(h.name)
+        lines.append(f"  {h.name:<8} {h.address:<15} {h.mac}  on {sw} port {port}")
+    return "\n".join(lines)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    topo = parse_spec(args.topo)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        with Fabric(topo, mode=args.mode) as fab:
+            print(_describe(fab), flush=True)
+            if args.cli:
+                from mininet.cli import CLI
+
+                CLI(fab.net)
+            elif args.hold is not None:
+                time.sleep(args.hold)
+            else:
+                print("fabric is up; press Ctrl-C to tear it down", flush=True)
+                while True:
+                    time.sleep(3600)
+    except (KeyboardInterrupt, _Terminated):
+        pass
+    print("fabric torn down", file=sys.stderr)
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from emulator.probe import run_probe
+
+    topo = parse_spec(args.topo)
+    if args.packets <= 0:
+        raise EmulatorError("--packets must be a positive number, e.g. --packets 4000")
+    if args.rate <= 0:
+        raise EmulatorError("--rate must be a positive number of packets per second")
+    hosts = [h.name for h in topo.hosts]
+    src = args.src or hosts[0]
+    dst = args.dst or hosts[-1]
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        with Fabric(topo, mode=args.mode) as fab:
+            result = run_probe(fab, src, dst, packets=args.packets, entropy=args.entropy, rate_pps=args.rate)
+    except (KeyboardInterrupt, _Terminated):
+        print("interrupted; fabric torn down", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        print(format_probe_table([result]))
+    return 0
+
+
+def format_probe_table(results: list) -> str:
+    spines = sorted({s for r in results for s in r.per_spine}, key=lambda s: (len(s), s))
+    head = f"{'mode':<8} {'entropy':<7} {'sent':>6} {'recv':>6} " + " ".join(f"{s:>8}" for s in spines)
+    head += f" {'max/min':>8}"
+    rows = [head, "-" * len(head)]
+    for r in results:
+        bal = f"{r.balance:.2f}" if r.balance else "-"
+        if r.balance and len([v for v in r.per_spine.values() if v > 0]) < len(r.per_spine):
+            bal += "*"
+        rows.append(f"{r.mode:<8} {r.entropy:<7} {r.packets_sent:>6} {r.packets_received:>6} "
+                    + " ".join(f"{r.per_spine.get(s, 0):>8}" for s in spines) + f" {bal:>8}")
+    rows.append("(max/min over the spines that carried traffic; * = some spines carried none)")
+    return "\n".join(rows)

@@ -1,0 +1,377 @@
+"""A running fabric: a topology brought up in Mininet with Open vSwitch and our controller.
+
+    with Fabric(parse_spec("leaf-spine:spines=2,leaves=2,hosts=2"), mode="spray") as fab:
+        fab.host("h1").cmd("ping -c1", fab.ip("h3"))
+
+The fabric is always torn down: on leaving the block, on exceptions, on SIGINT and SIGTERM. What it
+creates is recorded first (see emulator.state), so `fabriclab clean` can remove the leftovers of a run
+that was killed outright. It never calls Mininet's cleanup(), which kills processes by name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from emulator.control import ControllerClient, ControllerProcess
+from emulator.errors import EmulatorError
+from emulator.shaping import Impairment, InterfaceShaper, rate_change_command
+from emulator.state import BRIDGE_MARK, RunState, active_runs, interface_exists
+from emulator.system import Capabilities, capabilities, require_ready
+from topologies.model import Link, Topology
+
+log = logging.getLogger(__name__)
+
+MODES = ("ecmp", "spray", "single", "local", "via-tor")
+
+
+@dataclass
+class FabricTimings:
+    bring_up_s: float = 0.0
+    ready_s: float = 0.0  # part of bring_up_s spent waiting for the controller's rules
+    teardown_s: float = 0.0
+
+
+def _root_runner(cmd: list[str]) -> tuple[int, str]:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    return out.returncode, out.stdout + out.stderr
+
+
+def _host_runner(node: Any, cmd: list[str]) -> tuple[int, str]:
+    out, err, code = node.pexec(cmd)
+    return code, out + err
+
+
+class _Terminated(BaseException):
+    """Raised from the SIGTERM handler so that teardown runs as for Ctrl-C."""
+
+
+@dataclass
+class Fabric:
+    """Context manager for one emulated fabric. Attributes are valid between start() and stop()."""
+
+    topology: Topology
+    mode: str = "ecmp"
+    datapath: str | None = None  # "kernel" | "user"; None picks kernel where the module exists
+    poll_interval: float = 0.5
+    ready_timeout: float | None = None
+    caps: Capabilities | None = None
+    timings: FabricTimings = field(default_factory=FabricTimings)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise EmulatorError(f"unknown mode '{self.mode}'; choose one of {', '.join(MODES)}")
+        self.net: Any = None
+        self.controller: ControllerProcess | None = None
+        self.state: RunState | None = None
+        self.workdir: Path | None = None
+        self.shaper: InterfaceShaper | None = None
+        self._old_handlers: dict[int, Any] = {}
+        self._started = False
+
+    # -- context manager -----------------------------------------------------------------------
+    def __enter__(self) -> Fabric:
+        self._install_signal_handlers()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _install_signal_handlers(self) -> None:
+        def on_term(signum: int, frame: object) -> None:
+            raise _Terminated()
+
+        try:
+            self._old_handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, on_term)
+        except ValueError:  # not the main thread: the caller handles signals
+            pass
+
+    def _restore_signal_handlers(self) -> None:
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._old_handlers.clear()
+
+    # -- bring-up ------------------------------------------------------------------------------
+    def start(self) -> None:
+        t0 = time.monotonic()
+        caps = self.caps = self.caps or require_ready(capabilities())
+        datapath = self.datapath or caps.datapath
+        if datapath == "kernel" and not caps.kernel_datapath:
+            raise EmulatorError(
+                "the OVS kernel datapath needs the openvswitch kernel module, which this kernel lacks; "
+                "use datapath 'user'"
+            )
+        self.datapath = datapath
+        self.shaper = InterfaceShaper(netem=caps.netem, nft_egress=caps.nft_egress)
+        self._check_impairments_supported()
+        self._check_no_clash()
+
+        run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"fabriclab-{run_id}-"))
+        self.state = RunState(run_id=run_id, topology=self.topology.name, workdir=str(self.workdir))
+        self.state.bridges = [s.name for s in self.topology.switches]
+        self.state.interfaces = self._root_interfaces()
+        self.state.save()
+
+        topo_file = self.workdir / "topology.json"
+        topo_file.write_text(json.dumps(self.topology.to_dict(), indent=1))
+        self.controller = ControllerProcess(topo_file, self.mode, self.workdir, self.poll_interval)
+        self.controller.start()
+        self.state.controller_pid = self.controller.pid
+        self.state.save()
+        self.controller.wait_listening()
+
+        self._build_mininet()
+        self._configure_hosts()
+        self._start_switches()
+        # After the switches: adding a port to OVS resets the interface's qdisc.
+        self._shape_links()
+
+        t_ready = time.monotonic()
+        n = len(self.topology.switches)
+        self.controller.wait_ready(self.ready_timeout or 30.0 + 1.0 * n)
+        now = time.monotonic()
+        self.timings.ready_s = now - t_ready
+        self.timings.bring_up_s = now - t0
+        self._started = True
+        log.info("fabric %s up in %.1f s (%s datapath, mode %s)", self.topology.name,
+                 self.timings.bring_up_s, self.datapath, self.mode)
+
+    def _check_impairments_supported(self) -> None:
+        assert self.caps is not None
+        for lk in self.topology.links:
+            if lk.delay_ms > 0 and not self.caps.netem:
+                raise EmulatorError(
+                    f"link {lk.name} asks for delay_ms={lk.delay_ms}, but this kernel has no netem "
+                    "(sch_netem): remove the delay, or run in the VM whose kernel has netem"
+                )
+            if lk.loss_pct > 0 and self.caps.loss_method is None:
+                raise EmulatorError(
+                    f"link {lk.name} asks for loss_pct={lk.loss_pct}, but this kernel has neither netem "
+                    "nor nftables' netdev egress hook"
+                )
+
+    def _root_interfaces(self) -> list[str]:
+        """Interfaces this fabric creates in the root namespace (the switch ends of links)."""
+        names = []
+        for lk in self.topology.links:
+            for end in (lk.a, lk.b):
+                if self.topology.node(end).is_switch:
+                    names.append(lk.intf(end))
+        return names
+
+    def _check_no_clash(self) -> None:
+        others = [r for r in active_runs() if r.pid != os.getpid()]
+        if others:
+            r = others[0]
+            raise EmulatorError(
+                f"another fabric ({r.topology}, run {r.run_id}) is running as pid {r.pid}; stop it first "
+                "(one fabric at a time: they share interface names)"
+            )
+        for name in [s.name for s in self.topology.switches] + self._root_interfaces():
+            if interface_exists(name):
+                raise EmulatorError(
+                    f"interface '{name}' already exists; if an earlier run left it, run 'fabriclab clean'"
+                )
+
+    def _build_mininet(self) -> None:
+        from mininet.link import Link as MnLink
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch
+
+        setLogLevel("error" if log.getEffectiveLevel() > logging.DEBUG else "info")
+        switch_cls = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure",
+                             inband=False, batch=True)
+        net = self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
+                                 autoStaticArp=False, switch=switch_cls, link=MnLink, waitConnected=False)
+        assert self.state is not None
+        for node in self.topology.nodes:
+            if node.is_switch:
+                net.addSwitch(node.name, dpid=f"{node.dpid:016x}")
+            else:
+                net.addHost(node.name, ip=node.ip, mac=node.mac)
+            self.state.host_pids.append(net[node.name].pid)
+            self.state.save()
+        for lk in self.topology.links:
+            net.addLink(lk.a, lk.b, port1=lk.a_port, port2=lk.b_port)
+        net.build()
+
+    def _configure_hosts(self) -> None:
+        """IPv6 off (its chatter would cross the fabric), static ARP, and offloads off for userspace OVS."""
+        assert self.workdir is not None
+        hosts = self.topology.hosts
+        for h in hosts:
+            node = self.net[h.name]
+            intf = node.defaultIntf().name
+            arp_file = self.workdir / f"arp-{h.name}"
+            arp_file.write_text("".join(
+                f"neigh replace {o.address} lladdr {o.mac} dev {intf} nud permanent\n"
+                for o in hosts if o.name != h.name
+            ))
+            cmds = [
+                "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+                f"ip -batch {arp_file}",
+            ]
+            if self.datapath == "user":
+                cmds += [f"ethtool -K {i.name} tx off rx off >/dev/null 2>&1" for i in node.intfList()
+                         if i.name != "lo"]
+            node.cmd(" ; ".join(cmds))
+        for intf in self._root_interfaces():
+            path = Path(f"/proc/sys/net/ipv6/conf/{intf}/disable_ipv6")
+            if path.exists():
+                path.write_text("1")
+
+    def _shape_links(self) -> None:
+        assert self.shaper is not None and self.state is not None
+        for lk in self.topology.links:
+            imp = Impairment(lk.rate_mbps, lk.delay_ms, lk.loss_pct, lk.queue_packets)
+            for end in (lk.a, lk.b):
+                self.state.nft_tables += self._apply(lk, end, imp)
+        self.state.save()
+
+    def _runner_for(self, node_name: str):
+        if self.topology.node(node_name).is_switch:
+            return _root_runner
+        return partial(_host_runner, self.net[node_name])
+
+    def _apply(self, lk: Link, end: str, imp: Impairment) -> list[str]:
+        assert self.shaper is not None
+        tables = self.shaper.apply(lk.intf(end), imp, self._runner_for(end))
+        # Tables inside a host's namespace vanish with it; only root-namespace ones need a record.
+        return tables if self.topology.node(end).is_switch else []
+
+    def _start_switches(self) -> None:
+        assert self.controller is not None and self.state is not None
+        self.net.start()
+        target = f"tcp:127.0.0.1:{self.controller.of_port}"
+        cmd = ["ovs-vsctl", "--timeout=30"]
+        for s in self.topology.switches:
+            cmd += ["--", "set-controller", s.name, target,
+                    "--", "set", "bridge", s.name, f"external_ids:{BRIDGE_MARK}={self.state.run_id}"]
+        code, out = _root_runner(cmd)
+        if code != 0:
+            raise EmulatorError(f"ovs-vsctl could not attach the switches to the controller: {out.strip()}")
+
+    # -- use -----------------------------------------------------------------------------------
+    @property
+    def api(self) -> ControllerClient:
+        if self.controller is None:
+            raise EmulatorError("the fabric is not running")
+        return self.controller.client
+
+    def host(self, name: str) -> Any:
+        return self.net[name]
+
+    def ip(self, name: str) -> str:
+        addr = self.topology.node(name).address
+        if addr is None:
+            raise EmulatorError(f"{name} is not a host")
+        return addr
+
+    def set_mode(self, mode: str) -> dict:
+        if mode not in MODES:
+            raise EmulatorError(f"unknown mode '{mode}'; choose one of {', '.join(MODES)}")
+        result = self.api.set_mode(mode)
+        self.mode = mode
+        return result
+
+    def _link(self, a: str, b: str) -> Link:
+        found = self.topology.links_between(a, b)
+        if not found:
+            raise EmulatorError(f"there is no link between {a} and {b}")
+        return found[0]
+
+    def set_link_up(self, a: str, b: str, up: bool) -> float:
+        """Cut or restore the link a-b (both interfaces down/up); returns the time it was done."""
+        lk = self._link(a, b)
+        state = "up" if up else "down"
+        for end in (lk.a, lk.b):
+            code, out = self._runner_for(end)(["ip", "link", "set", lk.intf(end), state])
+            if code != 0:
+                raise EmulatorError(f"could not set {lk.intf(end)} {state}: {out.strip()}")
+        log.info("link %s %s", lk.name, state)
+        return time.time()
+
+    def set_loss(self, a: str, b: str, loss_pct: float, direction: str = "both") -> str:
+        """Random loss on the link a-b at runtime; returns the method used (netem or nftables)."""
+        assert self.shaper is not None and self.state is not None
+        lk = self._link(a, b)
+        ends = {"both": (lk.a, lk.b), "a": (lk.a,), "b": (lk.b,)}[direction]
+        imp = Impairment(lk.rate_mbps, lk.delay_ms, loss_pct, lk.queue_packets)
+        for end in ends:
+            tables = self.shaper.set_loss(lk.intf(end), loss_pct, self._runner_for(end), imp)
+            if self.topology.node(end).is_switch:
+                self.state.nft_tables = sorted(set(self.state.nft_tables) | set(tables))
+        self.state.save()
+        return self.shaper.loss_method or "none"
+
+    def set_rate(self, a: str, b: str, rate_mbps: float) -> None:
+        """Change the rate of link a-b in both directions at runtime."""
+        lk = self._link(a, b)
+        if rate_mbps <= 0:
+            raise EmulatorError(f"rate {rate_mbps} Mb/s: give a positive rate")
+        for end in (lk.a, lk.b):
+            cmd = rate_change_command(lk.intf(end), rate_mbps)
+            code, out = self._runner_for(end)(cmd)
+            if code != 0:
+                raise EmulatorError(f"could not change the rate of {lk.intf(end)}: {out.strip()}")
+
+    # -- teardown ------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Tear everything down; safe to call more than once and after a partial start."""
+        if self.state is None and self.net is None and self.controller is None:
+            self._restore_signal_handlers()
+            return
+        t0 = time.monotonic()
+        # Ignore a second Ctrl-C/SIGTERM while tearing down: a half-torn-down fabric is worse.
+        old_int = _swap_handler(signal.SIGINT, signal.SIG_IGN)
+        old_term = _swap_handler(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            if self.controller is not None:
+                self.controller.stop()
+            if self.net is not None:
+                try:
+                    self.net.stop()
+                except Exception as exc:  # keep going: the record-based sweep below finishes the job
+                    log.warning("mininet stop: %s", exc)
+            if self.state is not None:
+                from emulator.state import remove_run
+
+                leftovers = remove_run(self.state)
+                if leftovers:
+                    log.debug("removed after mininet stop: %s", ", ".join(leftovers))
+            if self.workdir is not None:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        finally:
+            self.net = None
+            self.controller = None
+            self.state = None
+            self.timings.teardown_s = time.monotonic() - t0
+            _swap_handler(signal.SIGINT, old_int)
+            _swap_handler(signal.SIGTERM, old_term)
+            self._restore_signal_handlers()
+            self._started = False
+
+
+def _swap_handler(sig: int, handler: Any) -> Any:
+    try:
+        return signal.signal(sig, handler)
+    except (ValueError, TypeError):
+        return None

@@ -1,0 +1,142 @@
+"""The path-spread probe: send UDP packets between two hosts and count, from the switches' own port
+counters, how many crossed each upper-tier switch (spine, or ToR in an in-server fabric)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from emulator.errors import EmulatorError
+from emulator.network import Fabric
+
+log = logging.getLogger(__name__)
+
+PROBE_PORT = 9999
+BASE_PORT = 40000  # a multiple of 16: the low 4 bits of the source port run 0..15
+ROTATE_SOURCES = 256
+ENTROPY = ("fixed", "rotate")
+
+
+@dataclass
+class ProbeResult:
+    mode: str
+    entropy: str
+    src: str
+    dst: str
+    packets_sent: int
+    packets_received: int
+    per_spine: dict[str, int]
+    duration_s: float
+    max_gap_s: float
+    max_gap_at_s: float | None = None  # when the largest gap began, seconds after the first arrival
+    events: list[dict] = field(default_factory=list)
+
+    @property
+    def balance(self) -> float | None:
+        """max/min packets over the spines that carried any (None if fewer than one)."""
+        used = [v for v in self.per_spine.values() if v > 0]
+        return max(used) / min(used) if used else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_RX = re.compile(r"port\s+(\w+):\s+rx pkts=(\d+)")
+
+
+def switch_rx_packets(switch: str) -> int:
+    """Packets received on all OpenFlow ports of a switch, read from OVS."""
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch],
+                         capture_output=True, text=True, timeout=10)
+    if out.returncode != 0:
+        raise EmulatorError(f"ovs-ofctl dump-ports {switch} failed: {out.stderr.strip()}")
+    return sum(int(pkts) for port, pkts in _RX.findall(out.stdout) if port != "LOCAL")
+
+
+def upper_tier(fab: Fabric) -> list[str]:
+    for role in ("spine", "tor"):
+        names = [n.name for n in fab.topology.by_role(role)]
+        if names:
+            return names
+    raise EmulatorError("the topology has no spine or tor switches to count paths over")
+
+
+def run_probe(
+    fab: Fabric,
+    src: str,
+    dst: str,
+    packets: int = 1000,
+    entropy: str = "rotate",
+    rate_pps: float = 2000.0,
+    during: Callable[[], None] | None = None,
+    during_at: float = 0.5,
+) -> ProbeResult:
+    """Send `packets` datagrams src -> dst; optionally call `during()` `during_at` seconds in."""
+    if entropy not in ENTROPY:
+        raise EmulatorError(f"unknown entropy '{entropy}'; choose fixed or rotate")
+    if packets <= 0:
+        raise EmulatorError("--packets must be a positive number")
+    for h in (src, dst):
+        if h not in {n.name for n in fab.topology.hosts}:
+            raise EmulatorError(f"'{h}' is not a host of this fabric; hosts: "
+                                f"{', '.join(n.name for n in fab.topology.hosts)}")
+    if src == dst:
+        raise EmulatorError("--src and --dst must be different hosts")
+    assert fab.workdir is not None
+    spines = upper_tier(fab)
+    out_file = fab.workdir / f"probe-{time.monotonic_ns()}.json"
+    ready_file = out_file.with_suffix(".ready")
+    duration = packets / rate_pps
+    recv = fab.host(dst).popen(
+        [sys.executable, "-m", "emulator.probe_agent", "recv", "--port", str(PROBE_PORT), "--idle", "1.0",
+         "--deadline", str(duration + 30), "--out", str(out_file), "--ready", str(ready_file)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_for(ready_file, recv, 10.0)
+        before = {s: switch_rx_packets(s) for s in spines}
+        sources = ROTATE_SOURCES if entropy == "rotate" else 1
+        send = fab.host(src).popen(
+            [sys.executable, "-m", "emulator.probe_agent", "send", "--dst", fab.ip(dst), "--port",
+             str(PROBE_PORT), "--packets", str(packets), "--sources", str(sources), "--base-port",
+             str(BASE_PORT), "--rate", str(rate_pps)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        if during is not None:
+            time.sleep(during_at)
+            during()
+        sout, serr = send.communicate(timeout=duration + 60)
+        if send.returncode != 0:
+            raise EmulatorError(f"probe sender failed: {serr.decode().strip()[-300:]}")
+        sent = json.loads(sout)["sent"]
+        recv.wait(timeout=duration + 40)
+        if not out_file.exists():
+            raise EmulatorError(f"probe receiver failed: {recv.stderr.read().decode().strip()[-300:]}")
+        got = json.loads(out_file.read_text())
+        after = {s: switch_rx_packets(s) for s in spines}
+    finally:
+        if recv.poll() is None:
+            recv.kill()
+            recv.wait()
+    return ProbeResult(
+        mode=fab.mode, entropy=entropy, src=src, dst=dst, packets_sent=sent,
+        packets_received=got["received"], per_spine={s: after[s] - before[s] for s in spines},
+        duration_s=got["duration_s"], max_gap_s=got["max_gap_s"], max_gap_at_s=got["max_gap_at_s"],
+    )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise EmulatorError(f"probe receiver exited early: {proc.stderr.read().decode().strip()[-300:]}")
+        if time.monotonic() > deadline:
+            raise EmulatorError("probe receiver did not start")
+        time.sleep(0.02)

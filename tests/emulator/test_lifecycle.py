@@ -1,0 +1,76 @@
+"""Integration tests of a fabric's life: teardown on exit, SIGTERM and SIGINT, `clean` after a kill,
+and the commands' behaviour (doctor, up)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from emulator.network import Fabric
+from tests.emulator_helpers import assert_no_leftovers, new_leftovers
+from topologies import parse_spec
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+FABRICLAB = [sys.executable, "-m", "experiments.cli"]
+SMALL = "leaf-spine:spines=2,leaves=2,hosts=1,rate=20"
+
+
+def test_context_manager_tears_down():
+    assert_no_leftovers()
+    with Fabric(parse_spec(SMALL)) as fab:
+        assert fab.api.health()["ready"]
+        live = new_leftovers()
+        assert live["bridges"] and live["mininet_shells"] and live["controllers"] and live["run_records"]
+    assert_no_leftovers()
+    assert fab.timings.bring_up_s > 0 and fab.timings.teardown_s > 0
+
+
+def test_exception_inside_block_tears_down():
+    with pytest.raises(RuntimeError, match="boom"), Fabric(parse_spec(SMALL)):
+        raise RuntimeError("boom")
+    assert_no_leftovers()
+
+
+def _start_up(tmp_path: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([*FABRICLAB, "up", "--topo", SMALL], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "press Ctrl-C" in line or time.monotonic() > deadline:
+            break
+    assert proc.poll() is None, "fabriclab up exited early"
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_up_tears_down_on_signal(tmp_path, sig):
+    proc = _start_up(tmp_path)
+    assert new_leftovers()["bridges"]
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) in (0, 130)
+    assert_no_leftovers()
+
+
+def test_clean_after_kill(tmp_path):
+    proc = _start_up(tmp_path)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert new_leftovers()["bridges"], "a killed run should leave bridges for clean to find"
+    out = subprocess.run([*FABRICLAB, "clean"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "removed bridge" in out.stdout
+    assert_no_leftovers()
+
+
+def test_doctor_passes_here():
+    out = subprocess.run([*FABRICLAB, "doctor"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "all required parts are present" in out.stdout
