@@ -13,6 +13,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 # Modules that add subcommands; each has `register(subparsers) -> None`.
 _COMMAND_MODULES = (
@@ -33,8 +34,15 @@ def _command_modules() -> list:
     return modules
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line naming the problem and where to look, not usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="fabriclab",
         description="Emulate AI data-centre fabrics (Mininet + Open vSwitch + an OpenFlow controller) "
         "and measure an SRD-like multipath transport on them.",

@@ -1,0 +1,419 @@
+"""Pure rule computation: topology + routing mode + down links -> abstract flow entries per switch.
+
+No OpenFlow library is imported here; `app.py` translates `FlowEntry` into OpenFlow 1.3 flow mods.
+
+Pipeline installed on every switch:
+
+- table 0: ARP -> controller (proxy ARP), IPv6 and anything unmatched -> drop, and one entry per
+  destination host (`ipv4_dst`). A destination with a single next hop outputs directly; several next
+  hops run the Nicira `multipath` hash (symmetric_l3l4+udp, so TCP and UDP ports are hashed) into
+  reg0, write the next-hop set id into the metadata and go to table 1.
+- table 1: (metadata = set id, reg0 = bucket) -> output port. In `spray` mode higher-priority entries
+  match the low bits of the UDP source port and pick the uplink directly (bucket i -> next_hops[i % n]),
+  so non-UDP traffic still falls through to the hash entries.
+- `single` skips table 1: every switch outputs next_hops[host index % n] for a destination host.
+
+Same-switch traffic is delivered locally except in `via-tor` mode, where priority-300 entries keyed on
+the host ports send it to an upper-tier neighbour, whose hairpin entries (in_port = the port toward
+the destination's edge switch) send it back out of the port it came in on.
+
+A next-hop set id is derived from the set's ports alone (a bitmask of the ports), so the table-1
+entries of a set are identical in every generation; a table-0 entry can therefore be replaced in place
+without ever pointing at table-1 entries of a different set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from topologies.model import Link, Node, Topology
+
+MODES = ("ecmp", "spray", "single", "local", "via-tor")
+
+TABLE_FORWARD = 0
+TABLE_NEXT_HOP = 1
+
+PRIO_MISS = 0
+PRIO_IPV6_DROP = 10
+PRIO_ARP = 100
+PRIO_DST = 200
+PRIO_VIA_TOR = 300
+PRIO_HASH_BUCKET = 100
+PRIO_SPRAY_BUCKET = 200
+
+ETH_IPV4 = 0x0800
+ETH_ARP = 0x0806
+ETH_IPV6 = 0x86DD
+IPPROTO_UDP = 17
+
+# Spray uses the low SPRAY_BITS bits of the UDP source port: 16 buckets spread evenly over 2, 4, 8 or
+# 16 uplinks when a sender rotates its source port over 16 consecutive values.
+SPRAY_BITS = 4
+
+# Output pseudo-ports (translated to OFPP_IN_PORT / OFPP_CONTROLLER by the app).
+IN_PORT = "in_port"
+CONTROLLER = "controller"
+
+# Tier of each switch role; a via-tor detour goes to a neighbour of a higher tier.
+ROLE_TIER = {"local": 1, "leaf": 2, "tor": 2, "switch": 2, "spine": 3}
+
+
+# -- abstract actions ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Output:
+    port: int | str  # an OpenFlow port number, IN_PORT or CONTROLLER
+
+    def __str__(self) -> str:
+        return f"output:{self.port}"
+
+
+@dataclass(frozen=True)
+class Multipath:
+    """Hash (symmetric_l3l4+udp, HRW) into reg0, a value in [0, n_links)."""
+
+    n_links: int
+    basis: int
+
+    def __str__(self) -> str:
+        return f"multipath(symmetric_l3l4+udp,{self.basis},hrw,{self.n_links},0,reg0)"
+
+
+@dataclass(frozen=True)
+class WriteNextHopSet:
+    set_id: int  # written to the OpenFlow metadata
+
+    def __str__(self) -> str:
+        return f"write_metadata:{self.set_id:#x}"
+
+
+@dataclass(frozen=True)
+class GotoTable:
+    table: int
+
+    def __str__(self) -> str:
+        return f"goto_table:{self.table}"
+
+
+Action = Output | Multipath | WriteNextHopSet | GotoTable
+MatchValue = int | str | tuple[int, int]
+
+
+@dataclass(frozen=True)
+class FlowEntry:
+    """One flow entry. `match` holds sorted (OXM field name, value) pairs; no actions means drop."""
+
+    table: int
+    priority: int
+    match: tuple[tuple[str, MatchValue], ...]
+    actions: tuple[Action, ...] = ()
+
+    @classmethod
+    def make(cls, table: int, priority: int, actions: Iterable[Action] = (), **match: MatchValue) -> FlowEntry:
+        return cls(table, priority, tuple(sorted(match.items())), tuple(actions))
+
+    @property
+    def key(self) -> tuple[int, int, tuple[tuple[str, MatchValue], ...]]:
+        """What identifies the entry in the switch (adding an entry with the same key replaces it)."""
+        return (self.table, self.priority, self.match)
+
+    def match_dict(self) -> dict[str, MatchValue]:
+        return dict(self.match)
+
+    def __str__(self) -> str:
+        def fmt(v: MatchValue) -> str:
+            if isinstance(v, tuple):
+                return f"{v[0]:#x}/{v[1]:#x}"
+            return f"{v:#x}" if isinstance(v, int) and v > 9 else str(v)
+
+        match = ",".join(f"{k}={fmt(v)}" for k, v in self.match) or "any"
+        actions = ",".join(str(a) for a in self.actions) or "drop"
+        return f"table={self.table},priority={self.priority},{match} actions={actions}"
+
+
+# -- paths ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Attachment:
+    host: Node
+    index: int  # position among topo.hosts (the `single` mode's path choice)
+    switch: str
+    port: int
+    link: Link
+    up: bool
+
+
+class Graph:
+    """Adjacency index of a topology with some links down, so path computation stays linear in its
+    size (links are compared by index: hashing Link dataclasses dominated the running time)."""
+
+    def __init__(self, topo: Topology, down: Iterable[Link] = ()) -> None:
+        self.topo = topo
+        down = frozenset(down)
+        self.nodes: dict[str, Node] = {n.name: n for n in topo.nodes}
+        self.is_switch = {name: n.is_switch for name, n in self.nodes.items()}
+        self.link_up = [lk not in down for lk in topo.links]
+        # node -> [(link index, peer, port on node)]
+        self.adj: dict[str, list[tuple[int, str, int]]] = {n.name: [] for n in topo.nodes}
+        for i, lk in enumerate(topo.links):
+            self.adj[lk.a].append((i, lk.b, lk.a_port))
+            self.adj[lk.b].append((i, lk.a, lk.b_port))
+        self.attachments: list[Attachment] = []
+        for i, h in enumerate(topo.hosts):
+            if not self.adj[h.name] or not h.address:
+                continue
+            li, sw, _ = self.adj[h.name][0]
+            if self.is_switch[sw]:
+                lk = topo.links[li]
+                self.attachments.append(Attachment(h, i, sw, lk.port(sw), lk, self.link_up[li]))
+        self._dist: dict[str, dict[str, int]] = {}
+        self._next: dict[tuple[str, str], tuple[int, ...]] = {}
+
+    def tier(self, name: str) -> int:
+        return ROLE_TIER.get(self.nodes[name].role, 0)
+
+    def distances(self, target: str) -> dict[str, int]:
+        """Hop counts from every switch to switch `target` over switch-to-switch links that are up
+        (hosts never forward)."""
+        if target in self._dist:
+            return self._dist[target]
+        dist = {target: 0}
+        queue = deque([target])
+        while queue:
+            u = queue.popleft()
+            for li, v, _ in self.adj[u]:
+                if v in dist or not self.link_up[li] or not self.is_switch[v]:
+                    continue
+                dist[v] = dist[u] + 1
+                queue.append(v)
+        self._dist[target] = dist
+        return dist
+
+    def next_hop_ports(self, switch: str, target: str) -> tuple[int, ...]:
+        """Ports of `switch` on a shortest path toward switch `target` (sorted; empty when none)."""
+        key = (switch, target)
+        if key not in self._next:
+            dist = self.distances(target)
+            ports: tuple[int, ...] = ()
+            if dist.get(switch, 0) > 0:
+                want = dist[switch] - 1
+                ports = tuple(sorted({p for li, v, p in self.adj[switch] if self.link_up[li] and dist.get(v) == want}))
+            self._next[key] = ports
+        return self._next[key]
+
+    def uplink_ports(self, switch: str) -> tuple[int, ...]:
+        """Ports of `switch` toward higher-tier switches that are up (the via-tor detour), sorted."""
+        tier = self.tier(switch)
+        return tuple(
+            sorted(
+                {p for li, v, p in self.adj[switch] if self.link_up[li] and self.is_switch[v] and self.tier(v) > tier}
+            )
+        )
+
+    def host_ports(self, switch: str) -> list[int]:
+        return sorted(p for _, v, p in self.adj[switch] if not self.is_switch[v])
+
+
+def next_hops_to_host(topo: Topology, switch: str, host: str, down: Iterable[Link] = ()) -> tuple[int, ...]:
+    """Output ports of `switch` toward `host` (the host port itself on the host's edge switch)."""
+    g = Graph(topo, down)
+    att = next((a for a in g.attachments if a.host.name == host), None)
+    if att is None or not att.up:
+        return ()
+    if switch == att.switch:
+        return (att.port,)
+    return g.next_hop_ports(switch, att.switch)
+
+
+def next_hop_set_id(ports: tuple[int, ...]) -> int:
+    """Metadata value naming a set of ports: a bitmask (readable in dump-flows) while all ports are
+    below 63, otherwise a stable 64-bit hash with the top bit set (never equal to a bitmask)."""
+    if all(0 < p < 63 for p in ports):
+        return sum(1 << p for p in ports)
+    digest = hashlib.blake2b(",".join(map(str, ports)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") | (1 << 63)
+
+
+def spray_buckets(n_ports: int) -> int:
+    """Number of UDP-source-port buckets: 16, or more when a set has more than 16 ports."""
+    bits = SPRAY_BITS
+    while (1 << bits) < n_ports:
+        bits += 1
+    return 1 << bits
+
+
+# -- rules ----------------------------------------------------------------------------------------
+@dataclass
+class _SwitchRules:
+    name: str
+    basis: int
+    flows: dict[tuple, FlowEntry] = field(default_factory=dict)
+    # next-hop sets reached through table 1 -> their table-0 actions
+    hashed: dict[tuple[int, ...], tuple[Action, ...]] = field(default_factory=dict)
+
+    def add(self, flow: FlowEntry) -> None:
+        self.flows[flow.key] = flow
+
+
+def base_flows() -> list[FlowEntry]:
+    """Entries every switch gets regardless of routes: table-miss drops, IPv6 drop, ARP to us."""
+    return [
+        FlowEntry.make(TABLE_FORWARD, PRIO_MISS),
+        FlowEntry.make(TABLE_NEXT_HOP, PRIO_MISS),
+        FlowEntry.make(TABLE_FORWARD, PRIO_IPV6_DROP, eth_type=ETH_IPV6),
+        FlowEntry.make(TABLE_FORWARD, PRIO_ARP, [Output(CONTROLLER)], eth_type=ETH_ARP),
+    ]
+
+
+def _spread(sw: _SwitchRules, ports: tuple[int, ...], mode: str, host_index: int) -> tuple[Action, ...]:
+    """Actions that send a packet to one of `ports` according to the mode."""
+    if len(ports) == 1:
+        return (Output(ports[0]),)
+    if mode == "single":
+        return (Output(ports[host_index % len(ports)]),)
+    actions = sw.hashed.get(ports)
+    if actions is None:
+        actions = sw.hashed[ports] = (
+            Multipath(len(ports), sw.basis),
+            WriteNextHopSet(next_hop_set_id(ports)),
+            GotoTable(TABLE_NEXT_HOP),
+        )
+    return actions
+
+
+def _next_hop_table(ports: tuple[int, ...], mode: str) -> list[FlowEntry]:
+    set_id = next_hop_set_id(ports)
+    flows = [
+        FlowEntry.make(TABLE_NEXT_HOP, PRIO_HASH_BUCKET, [Output(p)], metadata=set_id, reg0=j)
+        for j, p in enumerate(ports)
+    ]
+    if mode == "spray":
+        n_buckets = spray_buckets(len(ports))
+        for i in range(n_buckets):
+            flows.append(
+                FlowEntry.make(
+                    TABLE_NEXT_HOP,
+                    PRIO_SPRAY_BUCKET,
+                    [Output(ports[i % len(ports)])],
+                    metadata=set_id,
+                    eth_type=ETH_IPV4,
+                    ip_proto=IPPROTO_UDP,
+                    udp_src=(i, n_buckets - 1),
+                )
+            )
+    return flows
+
+
+def compute_rules(topo: Topology, mode: str, down: Iterable[Link] = ()) -> dict[str, tuple[FlowEntry, ...]]:
+    """Flow entries for every switch of `topo` (by name) in routing `mode` with `down` links removed.
+
+    Entries are sorted (table, priority, match) so results compare and print deterministically.
+    """
+    if (err := mode_error(mode)) is not None:
+        raise ValueError(err)
+    g = Graph(topo, down)
+    switches = {s.name: _SwitchRules(s.name, basis=(s.dpid or 0) & 0xFFFF) for s in topo.switches}
+    for sw in switches.values():
+        for f in base_flows():
+            sw.add(f)
+
+    for att in g.attachments:
+        if not att.up:
+            continue  # the host is cut off: every switch drops its traffic at table-miss
+        ip = att.host.address
+        dist = g.distances(att.switch)
+        for name, sw in switches.items():
+            if name == att.switch:
+                sw.add(FlowEntry.make(TABLE_FORWARD, PRIO_DST, [Output(att.port)], eth_type=ETH_IPV4, ipv4_dst=ip))
+                up = g.uplink_ports(name) if mode == "via-tor" else ()
+                if up:
+                    # Traffic from a local host to a local host goes up first.
+                    actions = _spread(sw, up, mode, att.index)
+                    for p in g.host_ports(name):
+                        if p != att.port:
+                            sw.add(
+                                FlowEntry.make(
+                                    TABLE_FORWARD, PRIO_VIA_TOR, actions, eth_type=ETH_IPV4, ipv4_dst=ip, in_port=p
+                                )
+                            )
+                continue
+            ports = g.next_hop_ports(name, att.switch)
+            if not ports:
+                continue
+            sw.add(
+                FlowEntry.make(
+                    TABLE_FORWARD, PRIO_DST, _spread(sw, ports, mode, att.index), eth_type=ETH_IPV4, ipv4_dst=ip
+                )
+            )
+            if dist[name] == 1 and g.tier(name) > g.tier(att.switch):
+                # The hairpin: a packet that came up from the destination's own edge switch goes
+                # back down the port it arrived on (a plain output to the ingress port is dropped).
+                # Only via-tor sends such packets, but the entries stay in every mode: removing them
+                # on a switch back from via-tor would drop packets that the edge switch's datapath
+                # cache still sends up for a few milliseconds after the barrier.
+                for p in ports:
+                    sw.add(
+                        FlowEntry.make(
+                            TABLE_FORWARD, PRIO_VIA_TOR, [Output(IN_PORT)], eth_type=ETH_IPV4, ipv4_dst=ip, in_port=p
+                        )
+                    )
+
+    out: dict[str, tuple[FlowEntry, ...]] = {}
+    for name, sw in switches.items():
+        for ports in sw.hashed:
+            for f in _next_hop_table(ports, mode):
+                sw.add(f)
+        out[name] = tuple(sorted(sw.flows.values(), key=_sort_key))
+    return out
+
+
+def _sort_key(f: FlowEntry) -> tuple:
+    # Values of one field share a type except ipv4 strings, which sort as strings.
+    return (
+        f.table,
+        -f.priority,
+        tuple((k, (isinstance(v, str), str(v) if isinstance(v, str) else v)) for k, v in f.match),
+    )
+
+
+# -- installing changes ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RuleDiff:
+    """Entries to add (or replace in place) and entries to delete, in a safe order."""
+
+    add: tuple[FlowEntry, ...]
+    delete: tuple[FlowEntry, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.add or self.delete)
+
+    def __len__(self) -> int:
+        return len(self.add) + len(self.delete)
+
+
+def diff_rules(old: Iterable[FlowEntry], new: Iterable[FlowEntry]) -> RuleDiff:
+    """What to send to move a switch from `old` to `new` without a blackhole.
+
+    Adds come table 1 first, so a table-0 entry never points at next-hop entries that are not there
+    yet; deletes come table 0 first, for the same reason. The switch applies them in order.
+    """
+    old_by_key = {f.key: f for f in old}
+    new_by_key = {f.key: f for f in new}
+    add = [f for k, f in new_by_key.items() if old_by_key.get(k) != f]
+    delete = [f for k, f in old_by_key.items() if k not in new_by_key]
+    add.sort(key=lambda f: (-f.table, _sort_key(f)))
+    delete.sort(key=_sort_key)
+    return RuleDiff(tuple(add), tuple(delete))
+
+
+def describe(flows: Iterable[FlowEntry]) -> list[str]:
+    return [str(f) for f in flows]
+
+
+def mode_error(mode: Any) -> str | None:
+    """One-line reason why `mode` is not a routing mode, or None when it is."""
+    if isinstance(mode, str) and mode in MODES:
+        return None
+    return f"unknown mode {mode!r}; expected one of: {', '.join(MODES)}"
