@@ -1,0 +1,171 @@
+"""`fabriclab srd` and `fabriclab bench transport` command lines: help, errors, a real transfer."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.cli import main
+from transport.cli import parse_destination, size_arg
+
+ROOT = Path(__file__).resolve().parents[2]
+FABRICLAB = [sys.executable, "-m", "experiments.cli"]
+
+
+def _closed_port() -> int:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse errors and --help
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# (argv, a fragment the one-line error must contain)
+BAD_INPUT = [
+    (["srd", "send", "--to", "127.0.0.1:70000"], "out of range"),
+    (["srd", "send", "--to", "127.0.0.1:http"], "not a port"),
+    (["srd", "send", "--to", ""], "--to"),
+    (["srd", "send", "--to", "999.1.1.1"], "--to 999.1.1.1: cannot resolve"),
+    (["srd", "send", "--to", "[::1"], "IPv6"),
+    (["srd", "send"], "--to"),
+    (["srd", "send", "--to", "127.0.0.1", "--bytes", "-5"], "--bytes"),
+    (["srd", "send", "--to", "127.0.0.1", "--bytes", "lots"], "--bytes"),
+    (["srd", "send", "--to", "127.0.0.1", "--size", "0"], "--size"),
+    (["srd", "send", "--to", "127.0.0.1", "--messages", "-3"], "--messages"),
+    (["srd", "send", "--to", "127.0.0.1", "--policy", "random"], "--policy"),
+    (["srd", "send", "--to", "127.0.0.1", "--cc", "cubic"], "--cc"),
+    (["srd", "send", "--to", "127.0.0.1", "--recovery", "sack"], "--recovery"),
+    (["srd", "send", "--to", "127.0.0.1", "--evs", "0"], "--evs"),
+    (["srd", "send", "--to", "127.0.0.1", "--rate", "0"], "--rate"),
+    (["srd", "send", "--to", "127.0.0.1", "--window", "0"], "--window"),
+    (["srd", "send", "--to", "127.0.0.1", "--rate", "5", "--closed-loop", "2"], "not allowed"),
+    (["srd", "send", "--to", "127.0.0.1", "--bytes", "1M", "--messages", "3"], "not allowed"),
+    (["srd", "send", "--to", "127.0.0.1", "--base-port", "65530"], "--base-port"),
+    (["srd", "send", "--to", "127.0.0.1", "--base-port", "99999"], "--base-port"),
+    (["srd", "send", "--to", "127.0.0.1", "--mtu", "20"], "--mtu"),
+    (["srd", "send", "--to", "127.0.0.1", "--window", "2000000"], "--window"),
+    (["srd", "send", "--to", "127.0.0.1", "--evs", "70000"], "--evs"),
+    (["srd", "send", "--to", "127.0.0.1", "--size", "4", "--request-response"], "--size"),
+    (["srd", "send", "--to", "127.0.0.1", "--bind", "192.0.2.77", "--base-port", "0"], "--bind"),
+    (["srd", "recv", "--port", "70000"], "--port"),
+    (["srd", "recv", "--port", "-1"], "--port"),
+    (["srd", "recv", "--expect-bytes", "-1"], "--expect-bytes"),
+    (["srd", "recv", "--duration", "0"], "--duration"),
+    (["srd", "recv", "--delivery", "fifo"], "--delivery"),
+    (["srd", "recv", "--bind", "192.0.2.77", "--port", "0"], "--bind"),
+    (["srd", "recv", "--echo", "--response-size", "10"], "not allowed"),
+]
+
+
+@pytest.mark.parametrize("argv,fragment", BAD_INPUT, ids=[" ".join(a[1:]) or a[0] for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_exit_2(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(argv, capsys)
+    assert code == 2, (out, err)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert fragment in lines[0], lines[0]
+
+
+def test_no_receiver_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["srd", "send", "--to", f"127.0.0.1:{_closed_port()}", "--bytes", "10K",
+                        "--base-port", "0", "--connect-timeout", "0.3"], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and "no receiver" in err and "srd recv" in err
+
+
+def test_bad_input_subprocess_has_no_traceback() -> None:
+    proc = subprocess.run([*FABRICLAB, "srd", "send", "--to", "127.0.0.1:0"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("cmd,words", [
+    (["srd", "send", "--help"], ["--request-response", "--closed-loop", "--policy", "base port + EV", "examples"]),
+    (["srd", "recv", "--help"], ["--expect-bytes", "--echo", "--json-out", "SIGTERM"]),
+    (["bench", "transport", "--help"], ["core_pps", "loopback_pps", "raw_sendto_pps", "--quick"]),
+    (["srd", "--help"], ["recv", "send"]),
+])
+def test_help(cmd: list[str], words: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(cmd, capsys)
+    assert code == 0
+    text = " ".join(out.split())
+    for w in words:
+        assert w in text, w
+
+
+def test_argument_parsers() -> None:
+    assert size_arg("64K") == 65536 and size_arg("2M") == 2 << 20 and size_arg("1400") == 1400
+    assert size_arg("1.5k") == 1536 and size_arg("3MiB") == 3 << 20
+    assert parse_destination("10.0.0.2") == ("10.0.0.2", 7471)
+    assert parse_destination("10.0.0.2:9000") == ("10.0.0.2", 9000)
+    assert parse_destination("[::1]:9000") == ("::1", 9000)
+    assert parse_destination("fe80::1") == ("fe80::1", 7471)
+
+
+def test_send_recv_subprocesses_json(tmp_path: Path) -> None:
+    """Both commands as real processes: the transfer completes and both write parseable metrics."""
+    rjson, sjson = tmp_path / "recv.json", tmp_path / "send.json"
+    recv = subprocess.Popen(
+        [*FABRICLAB, "srd", "recv", "--bind", "127.0.0.1", "--port", "0", "--expect-bytes", "2M", "--progress",
+         "--verify", "--json-out", str(rjson)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        line = recv.stderr.readline()  # type: ignore[union-attr]
+        port = int(line.rsplit(":", 1)[1])
+        send = subprocess.run(
+            [*FABRICLAB, "srd", "send", "--to", f"127.0.0.1:{port}", "--bytes", "2M", "--size", "100K",
+             "--base-port", "0", "--bind", "127.0.0.1", "--json-out", str(sjson)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )
+        rout, rerr = recv.communicate(timeout=30)
+    finally:
+        if recv.poll() is None:
+            recv.kill()
+    assert send.returncode == 0, send.stderr
+    assert "Mb/s" in send.stdout and "Traceback" not in send.stderr
+    assert recv.returncode == 0, rerr
+    s, r = json.loads(sjson.read_text()), json.loads(rjson.read_text())
+    assert s["completed"] and s["bytes"] == 2 << 20 and r["bytes"] == 2 << 20
+    assert r["connections"][0]["corrupt_messages"] == 0 and r["connections"][0]["duplicate_messages"] == 0
+    for key in ("role", "duration", "bytes", "goodput_bps", "messages", "completion_times", "ev_datagrams_sent",
+                "socket_drops", "connection"):
+        assert key in s, key
+    assert "received 2097152 bytes" in rout
+
+
+def test_send_json_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    import threading
+
+    from transport.config import TransportConfig
+    from transport.endpoint import Receiver
+
+    rcv = Receiver(TransportConfig(), bind="127.0.0.1", port=0, echo=True)
+    rcv.open()
+    t = threading.Thread(target=rcv.run, daemon=True)
+    t.start()
+    try:
+        code, out, err = run(["srd", "send", "--to", f"127.0.0.1:{rcv.address[1]}", "--messages", "10", "--size",
+                              "1K", "--request-response", "--closed-loop", "2", "--base-port", "0", "--json"], capsys)
+    finally:
+        rcv.stop()
+        t.join(5)
+    assert code == 0, err
+    m = json.loads(out)
+    assert m["responses"] == 10 and m["completion_times"]["count"] == 10

@@ -1,0 +1,74 @@
+"""Congestion control: the fixed window and the Swift-like delay-based AIMD."""
+
+from __future__ import annotations
+
+import pytest
+
+from transport.congestion import DelayBased, FixedWindow, make_cc
+
+
+def test_fixed_window_ignores_signals_and_paces_over_srtt() -> None:
+    cc = make_cc("fixed", 32, 1024, 0.002)
+    assert isinstance(cc, FixedWindow) and cc.pacing_rate is None
+    cc.on_ack(0.001, 1, 0.0)
+    cc.on_loss(0.0)
+    cc.on_timeout(0.0)
+    assert cc.window == 32
+    assert cc.pacing_rate == pytest.approx(1.5 * 32 / 0.001)
+    assert make_cc("fixed", 32, 1024, 0.002, pacing=False).pacing_rate is None
+
+
+def test_slow_start_then_additive_increase_below_target() -> None:
+    cc = DelayBased(10, 1000, target_delay=0.002)
+    cc.on_ack(0.001, 10, 0.0)
+    assert cc.window == 20 and cc.slow_start
+    cc.on_ack(0.0021, 1, 0.001)  # queueing delay 1.1 ms >= target/2: slow start ends
+    assert not cc.slow_start
+    w = cc.window
+    cc.on_ack(0.0021, 1, 0.002)
+    assert cc.window == pytest.approx(w + 1 / w)
+
+
+def test_decrease_proportional_to_excess_delay_once_per_rtt() -> None:
+    cc = DelayBased(100, 1000, target_delay=0.001)
+    cc.on_ack(0.001, 1, 0.0)  # min RTT 1 ms
+    cc.slow_start = False
+    w = cc.window
+    cc.on_ack(0.0025, 1, 0.01)  # 1.5 ms queueing vs 1 ms target
+    assert cc.window == pytest.approx(w * (1 - 0.8 * 0.5 / 1.5))
+    w2 = cc.window
+    cc.on_ack(0.0025, 1, 0.0101)  # within the same RTT: no second decrease
+    assert cc.window == w2
+    cc.on_ack(0.010, 1, 0.02)  # far above target: the decrease is capped at max_mdf
+    assert cc.window == pytest.approx(w2 * 0.5)
+
+
+def test_loss_decrease_scales_with_share_and_is_rate_limited() -> None:
+    cc = DelayBased(100, 1000, target_delay=0.002)
+    cc.on_ack(0.001, 1, 0.0)
+    w = cc.window
+    cc.on_loss(0.01, share=1 / 8)
+    assert cc.window == pytest.approx(w * (1 - 0.25 / 8))
+    w = cc.window
+    cc.on_loss(0.0105)
+    assert cc.window == w
+    cc.on_loss(0.02)
+    assert cc.window == pytest.approx(w * 0.75)
+    cc.on_timeout(0.03)
+    assert cc.window == pytest.approx(w * 0.75 * 0.5)
+
+
+def test_window_bounds() -> None:
+    cc = DelayBased(4, 8, target_delay=0.002)
+    for i in range(100):
+        cc.on_ack(0.001, 4, i * 0.001)
+    assert cc.window == 8
+    for i in range(100):
+        cc.on_timeout(1 + i)
+    assert cc.window == 1.0
+    assert cc.pacing_rate is not None and cc.pacing_rate > 0
+
+
+def test_unknown_cc() -> None:
+    with pytest.raises(ValueError, match="unknown congestion control"):
+        make_cc("cubic", 1, 1, 0.1)

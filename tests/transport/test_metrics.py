@@ -1,0 +1,60 @@
+"""Metrics: statistics helpers and the JSON-serialisable summary a connection reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from transport.config import TransportConfig
+from transport.metrics import GoodputSeries, Stats, percentiles
+from transport.simnet import PathSpec, run_transfer
+
+
+def test_percentiles() -> None:
+    assert percentiles([])["p50"] is None
+    p = percentiles([float(i) for i in range(1, 1001)])
+    assert p["count"] == 1000 and p["max"] == 1000.0
+    assert p["p50"] == pytest.approx(500.5) and p["p99"] == pytest.approx(990.01)
+    assert p["p50"] <= p["p99"] <= p["p999"] <= p["max"]
+
+
+def test_goodput_series_bins_and_merges() -> None:
+    g = GoodputSeries(bin_width=0.001, max_bins=4)
+    g.add(0.0, 100)
+    g.add(0.0025, 50)
+    assert g.bins == [100, 0, 50]
+    g.add(0.0045, 10)  # past 4 bins: bins double in width
+    assert g.bin_width == 0.002 and g.bins == [100, 50, 10]
+    s = g.summary()
+    assert s["bps"][0] == pytest.approx(100 * 8 / 0.002)
+
+
+def test_reorder_histogram_labels() -> None:
+    st = Stats()
+    st.reorder_distance.extend([1, 2, 3, 5, 2000])
+    h = st.reorder_histogram()
+    assert h["1"] == 1 and h["2-3"] == 2 and h["4-7"] == 1 and h["1024+"] == 1
+
+
+def test_connection_metrics_are_json_and_complete() -> None:
+    cfg = TransportConfig()
+    paths = [PathSpec(loss=0.02), PathSpec(delay=0.001, reorder=0.2)]
+    r = run_transfer(cfg, cfg, paths, total_bytes=500_000, message_size=20_000, seed=3)
+    assert r.completed
+    for m in (r.sender_metrics, r.receiver_metrics):
+        json.loads(json.dumps(m))
+    s = r.sender_metrics["sender"]
+    assert s["messages_acked"] == 25 and s["bytes_acked"] == 500_000
+    assert s["retransmissions"] > 0 and s["losses_detected"] > 0
+    assert s["message_completion"]["count"] == 25 and s["message_completion"]["p999"] is not None
+    assert s["loss_recovery"]["count"] > 0
+    assert s["rtt"]["p50"] > 0.001
+    assert sum(e["packets_sent"] for e in s["per_ev"].values()) == s["packets_sent"]
+    assert set(s["per_ev"]["0"]) >= {"packets_sent", "bytes_sent", "retransmissions", "timeouts", "rtt"}
+    rv = r.receiver_metrics["receiver"]
+    assert rv["bytes_delivered"] == 500_000 and rv["messages_delivered"] == 25
+    assert 0 < rv["out_of_order_fraction"] < 1 and sum(rv["reorder_distance"].values()) == rv["out_of_order"]
+    assert rv["peak_reassembly_bytes"] > 0 and rv["reassembly_bytes"] == 0
+    assert sum(rv["goodput"]["bps"]) * rv["goodput"]["bin"] / 8 == pytest.approx(500_000)
+    assert r.receiver_metrics["state"]["cwnd"] > 0 and "config" in r.sender_metrics

@@ -1,0 +1,462 @@
+"""`fabriclab srd ...` and `fabriclab bench transport`: run the transport over real UDP, benchmark it.
+
+`srd recv` listens for transport connections; `srd send` opens one and runs a workload (bulk bytes,
+a stream of messages open- or closed-loop, or request/response). Both print a summary, or JSON metrics
+with `--json` / `--json-out`, and flush those metrics on SIGINT/SIGTERM. Bad options produce one line
+naming the option and the fix, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+from transport.config import ConfigError, TransportConfig
+from transport.endpoint import (
+    DEFAULT_BASE_PORT,
+    DEFAULT_PORT,
+    EndpointError,
+    Receiver,
+    Sender,
+    Workload,
+    resolve,
+    write_json,
+)
+
+USER_ERRORS: tuple[type[BaseException], ...] = (EndpointError, ConfigError)
+
+_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Argument errors as a single line (option + fix), not usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# Argument types: each error message says what is accepted.
+
+
+def size_arg(text: str) -> int:
+    """Bytes with an optional binary suffix: 1400, 64K, 2M, 1G (K = 1024)."""
+    raw = text.strip().lower().removesuffix("ib").removesuffix("b")
+    mult = 1
+    if raw and raw[-1] in _SUFFIXES:
+        mult = _SUFFIXES[raw[-1]]
+        raw = raw[:-1]
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size; use e.g. 1400, 64K, 2M or 1G") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative; sizes must be >= 0")
+    return int(value * mult)
+
+
+def positive_size(text: str) -> int:
+    value = size_arg(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 byte")
+    return value
+
+
+def port_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; use 1-65535") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is out of range; use 1-65535")
+    return value
+
+
+def listen_port_arg(text: str) -> int:
+    # 0 lets the kernel pick (useful in tests); the bound port is reported in the metrics.
+    if text.strip() == "0":
+        return 0
+    return port_arg(text)
+
+
+def base_port_arg(text: str) -> int:
+    if text.strip() == "0":
+        return 0  # any free ports: the EV is then not visible in the source port
+    return port_arg(text)
+
+
+def _number(kind: Callable[[str], Any], low: float, what: str, *, strict: bool) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value != value or (value <= low if strict else value < low):
+            op = ">" if strict else ">="
+            raise argparse.ArgumentTypeError(f"{text!r} must be {op} {low:g}")
+        return value
+
+    return parse
+
+
+positive_float = _number(float, 0, "a number", strict=True)
+positive_int = _number(int, 0, "a whole number", strict=True)
+nonneg_int = _number(int, 0, "a whole number", strict=False)
+
+
+def parse_destination(text: str) -> tuple[str, int]:
+    """HOST, HOST:PORT, [V6ADDR] or [V6ADDR]:PORT -> (host, port)."""
+    text = text.strip()
+    if not text:
+        raise argparse.ArgumentTypeError("empty address; use HOST or HOST:PORT")
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{text!r}: missing ']' in IPv6 address; use [ADDR]:PORT")
+        port_text = rest.removeprefix(":") if rest else ""
+        if rest and not rest.startswith(":"):
+            raise argparse.ArgumentTypeError(f"{text!r}: use [ADDR]:PORT")
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, ""  # a bare IPv6 address or a host name
+    if not host:
+        raise argparse.ArgumentTypeError(f"{text!r} has no host; use HOST or HOST:PORT")
+    port = port_arg(port_text) if port_text else DEFAULT_PORT
+    return host, port
+
+
+# --------------------------------------------------------------------------------------------------
+# Registration
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    srd = subparsers.add_parser(
+        "srd",
+        help="run the SRD-like transport over real UDP (receiver and sender)",
+        description="Run the SRD-like multipath transport between two hosts over UDP. Start `srd recv` on "
+        "one host, then `srd send --to HOST` on another. The sender uses one UDP source port per entropy "
+        f"value (EV): base port + EV (default {DEFAULT_BASE_PORT}), so the fabric can spray by source "
+        "port.",
+    )
+    sub = srd.add_subparsers(dest="srd_command", metavar="{recv,send}", parser_class=_OneLineParser)
+    _register_recv(sub)
+    _register_send(sub)
+    srd.set_defaults(func=lambda args: _missing(srd))
+
+    bench_sub = _bench_subparsers(subparsers)
+    bench = bench_sub.add_parser(
+        "transport",
+        help="measure the transport: packet rates (core, loopback UDP, raw sendto) and loss recovery",
+        description="Measure, in one run: core_pps (sender + receiver connections in one process, no "
+        "I/O), loopback_pps (UDP endpoints over 127.0.0.1, receiver in a child process), raw_sendto_pps "
+        "(a bare sendto loop of the same datagram size: the ceiling), and, on the simulated network, "
+        "goodput with 1%% loss on one of 8 paths relative to no loss for selective repeat and go-back-N, "
+        "and the spurious retransmission fraction when spraying over paths whose delays differ 2x. "
+        "Prints one JSON object.",
+    )
+    bench.add_argument("--json", action="store_true", help="print JSON only (the default output is JSON too)")
+    bench.add_argument("--quick", action="store_true", help="smaller runs: under ~15 s instead of ~60 s")
+    bench.set_defaults(func=_cmd_bench)
+
+
+def _bench_subparsers(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    # Another package may already own `bench`; then `transport` is added under it.
+    existing = subparsers.choices.get("bench")
+    if existing is not None:
+        for action in existing._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return action
+        return existing.add_subparsers(dest="bench_command", metavar="WHAT", parser_class=_OneLineParser)
+    bench = subparsers.add_parser("bench", help="micro-benchmarks", description="Micro-benchmarks.")
+    bench.set_defaults(func=lambda args: _missing(bench))
+    return bench.add_subparsers(dest="bench_command", metavar="WHAT", parser_class=_OneLineParser)
+
+
+def _missing(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    t = p.add_argument_group("transport")
+    t.add_argument("--delivery", choices=("unordered", "ordered"), default="unordered",
+                   help="hand messages to the application as they complete (unordered, default) or in "
+                   "sending order (ordered: head-of-line blocking)")
+    t.add_argument("--recovery", choices=("selective", "gobackn"), default="selective",
+                   help="loss recovery: selective repeat (default) or go-back-N")
+    t.add_argument("--mtu", type=positive_size, default=None,
+                   help="largest datagram the transport sends, header included (default from the "
+                   "transport config: 1400)")
+    o = p.add_argument_group("output")
+    out = o.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the metrics as JSON on stdout")
+    out.add_argument("--json-out", metavar="FILE",
+                     help="write the metrics as JSON to FILE (also on SIGINT/SIGTERM)")
+    o.add_argument("--progress", action="store_true",
+                   help="print progress to stderr even when it is not a terminal")
+
+
+def _register_recv(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "recv",
+        help="listen for transport connections",
+        description="Listen on one UDP port for transport connections (any number of senders),\n"
+        "deliver their messages, and acknowledge each datagram to the address it came from.\n"
+        "Stops after --expect-bytes, after --duration, or on Ctrl-C / SIGTERM; the metrics\n"
+        "are printed or written in every case.",
+        epilog="examples:\n  fabriclab srd recv --port 7471 --json-out recv.json\n"
+        "  fabriclab srd recv --echo            # serve `srd send --request-response`",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--bind", default="0.0.0.0", metavar="ADDR",
+                   help="local address to listen on (default 0.0.0.0, all addresses; use 127.0.0.1 for "
+                   "loopback only, :: for IPv6)")
+    p.add_argument("--port", type=listen_port_arg, default=DEFAULT_PORT,
+                   help=f"UDP port to listen on (default {DEFAULT_PORT})")
+    stop = p.add_mutually_exclusive_group()
+    stop.add_argument("--expect-bytes", type=size_arg, default=0, metavar="N",
+                      help="stop once N message bytes have arrived (e.g. 100M) and the sender is quiet")
+    stop.add_argument("--duration", type=positive_float, default=None, metavar="S",
+                      help="stop after S seconds")
+    resp = p.add_mutually_exclusive_group()
+    resp.add_argument("--echo", action="store_true",
+                      help="send every message back to its sender (for --request-response)")
+    resp.add_argument("--response-size", type=positive_size, default=0, metavar="N",
+                      help="answer every message with an N-byte response (for --request-response)")
+    p.add_argument("--verify", action="store_true",
+                   help="check that messages from `srd send` arrive intact and once (costs CPU)")
+    _add_common(p)
+    p.set_defaults(func=_cmd_recv)
+
+
+def _register_send(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "send",
+        help="open a connection to a receiver and run a workload",
+        description="Open a transport connection to `srd recv` and run one workload:\n"
+        "  bulk        --bytes N: N bytes in --size messages, as fast as the window allows\n"
+        "  messages    --messages K --size S, open loop at --rate R messages/s, or closed loop with\n"
+        "              --closed-loop C messages outstanding (default 8)\n"
+        "  req/resp    add --request-response: a message completes when the receiver's response\n"
+        "              arrives (run the receiver with --echo or --response-size)\n"
+        "With --duration and no --bytes/--messages, sends until the time is up. Each entropy value\n"
+        "(EV) gets its own UDP source port, base port + EV, so the fabric can spray by source port.",
+        epilog="examples:\n  fabriclab srd send --to 10.0.0.2 --bytes 100M --policy spray\n"
+        "  fabriclab srd send --to 10.0.0.2:7471 --messages 1000 --size 4K --rate 500\n"
+        "  fabriclab srd send --to 10.0.0.2 --messages 200 --size 1K --request-response --closed-loop 4",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--to", required=True, type=parse_destination, metavar="HOST[:PORT]",
+                   help=f"the receiver (port default {DEFAULT_PORT}; IPv6 as [ADDR]:PORT)")
+    w = p.add_argument_group("workload")
+    amount = w.add_mutually_exclusive_group()
+    amount.add_argument("--bytes", type=positive_size, default=None, metavar="N",
+                        help="bulk transfer of N bytes (e.g. 2M; the default is 10M unless --messages or "
+                        "--duration is given)")
+    amount.add_argument("--messages", type=positive_int, default=None, metavar="K",
+                        help="send K messages of --size bytes")
+    w.add_argument("--size", type=positive_size, default=65536, metavar="S",
+                   help="message size in bytes (default 64K)")
+    pace = w.add_mutually_exclusive_group()
+    pace.add_argument("--rate", type=positive_float, default=0.0, metavar="R",
+                      help="open loop: start R messages per second regardless of completions")
+    pace.add_argument("--closed-loop", type=positive_int, default=0, metavar="C",
+                      help="closed loop: keep C messages outstanding (default 8 for --messages; bulk "
+                      "keeps enough to fill the window)")
+    w.add_argument("--request-response", action="store_true",
+                   help="each message waits for the receiver's response; completion time = round trip")
+    w.add_argument("--duration", type=positive_float, default=None, metavar="S",
+                   help="stop after S seconds (with no --bytes/--messages: send for S seconds)")
+    t = p.add_argument_group("paths and congestion control")
+    t.add_argument("--policy", choices=("single", "spray", "adaptive"), default="spray",
+                   help="path (EV) choice: one path, spray over all EVs (default), or adaptive spraying "
+                   "that avoids EVs with loss or high delay")
+    t.add_argument("--evs", type=positive_int, default=16, metavar="N",
+                   help="number of entropy values = source ports used (default 16)")
+    t.add_argument("--base-port", type=base_port_arg, default=DEFAULT_BASE_PORT, metavar="P",
+                   help=f"source port of EV 0; EV i uses P+i (default {DEFAULT_BASE_PORT}, a multiple of 16 "
+                   "so the low 4 bits are the EV; 0 = any free ports)")
+    t.add_argument("--bind", default=None, metavar="ADDR",
+                   help="local address for the source sockets (default all addresses)")
+    t.add_argument("--cc", choices=("delay", "fixed"), default="delay",
+                   help="congestion control: delay-based window (default) or a fixed --window")
+    t.add_argument("--window", type=positive_int, default=None, metavar="W",
+                   help="(initial) congestion window in packets (default 64)")
+    t.add_argument("--seed", type=nonneg_int, default=0, metavar="N",
+                   help="seed for the path policy's random choices (default 0)")
+    t.add_argument("--connect-timeout", type=positive_float, default=5.0, metavar="S",
+                   help="give up if the receiver has not answered after S seconds (default 5)")
+    _add_common(p)
+    p.set_defaults(func=_cmd_send)
+
+
+# --------------------------------------------------------------------------------------------------
+# Handlers
+
+
+# TransportConfig field -> the option that sets it, so config errors name what the user typed.
+_OPTION_OF = {
+    "mtu": "--mtu", "delivery": "--delivery", "recovery": "--recovery", "path_policy": "--policy",
+    "num_evs": "--evs", "cc": "--cc", "window": "--window", "max_window": "--window",
+}
+
+
+def _config(args: argparse.Namespace, **extra: Any) -> TransportConfig:
+    fields: dict[str, Any] = {"delivery": args.delivery, "recovery": args.recovery}
+    if args.mtu is not None:
+        fields["mtu"] = args.mtu
+    fields.update({k: v for k, v in extra.items() if v is not None})
+    if fields.get("window") is not None:
+        # A window above the default ceiling is a request for a larger ceiling, not an error.
+        fields["max_window"] = max(TransportConfig.max_window, fields["window"])
+    config = TransportConfig(**fields)
+    try:
+        config.validate()
+    except ConfigError as exc:
+        field, _, rest = str(exc).partition("=")
+        value, _, fix = rest.partition(": ")
+        option = _OPTION_OF.get(field)
+        if option is None or not fix:
+            raise
+        raise ConfigError(f"{option} {value.strip(chr(39))}: {fix}") from None
+    return config
+
+
+@contextmanager
+def _signals_stop(loop: Sender | Receiver) -> Iterator[None]:
+    """SIGINT/SIGTERM end the run cleanly (metrics still written) instead of killing the process."""
+    previous = {}
+
+    def handler(signum: int, _frame: Any) -> None:
+        loop.stop(f"signal {signal.Signals(signum).name}")
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _progress(args: argparse.Namespace) -> Callable[[dict[str, Any]], None] | None:
+    if not (args.progress or sys.stderr.isatty()):
+        return None
+
+    def show(snap: dict[str, Any]) -> None:
+        mb = snap["bytes"] / 1e6
+        rate = snap["goodput_bps"] / 1e6
+        extra = f" acked {snap['messages_acked']}" if "messages_acked" in snap else f" msgs {snap['messages']}"
+        print(f"{snap['role']}: {snap['elapsed']:6.1f} s {mb:10.2f} MB {rate:9.2f} Mb/s{extra}",
+              file=sys.stderr, flush=True)
+
+    return show
+
+
+def _emit(args: argparse.Namespace, metrics: dict[str, Any], summary: str) -> None:
+    if args.json_out:
+        write_json(metrics, args.json_out)
+    if args.json:
+        print(json.dumps(metrics, indent=2, sort_keys=True))
+    else:
+        print(summary)
+
+
+def _cmd_recv(args: argparse.Namespace) -> int:
+    config = _config(args)
+    receiver = Receiver(
+        config,
+        bind=args.bind,
+        port=args.port,
+        expect_bytes=args.expect_bytes,
+        duration=args.duration,
+        echo=args.echo,
+        response_size=args.response_size,
+        verify=args.verify,
+        progress=_progress(args),
+    )
+    receiver.open()
+    host, port = receiver.address
+    if args.progress or sys.stderr.isatty():
+        print(f"srd recv: listening on {host}:{port}", file=sys.stderr, flush=True)
+    with _signals_stop(receiver):
+        metrics = receiver.run()
+    summary = (
+        f"received {metrics['bytes']} bytes in {metrics['messages']} messages from "
+        f"{len(metrics['connections'])} connection(s) in {metrics['duration']:.3f} s: "
+        f"{metrics['goodput_bps'] / 1e6:.2f} Mb/s ({metrics['stop_reason'] or 'stopped'})"
+    )
+    _emit(args, metrics, summary)
+    return 0
+
+
+def _cmd_send(args: argparse.Namespace) -> int:
+    host, port = args.to
+    total = args.bytes or 0
+    if args.bytes is None and args.messages is None and args.duration is None:
+        total = 10 << 20
+    workload = Workload(
+        total_bytes=total,
+        messages=args.messages or 0,
+        size=args.size,
+        rate=args.rate,
+        outstanding=args.closed_loop,
+        request_response=args.request_response,
+    )
+    if args.request_response and args.size < 8:
+        raise EndpointError("--size must be at least 8 bytes with --request-response (responses are "
+                            "matched by an 8-byte sequence number)")
+    if args.base_port and args.base_port + args.evs - 1 > 65535:
+        raise EndpointError(f"--base-port {args.base_port} + --evs {args.evs} exceeds port 65535; "
+                            "lower --base-port or --evs")
+    config = _config(args, path_policy=args.policy, num_evs=args.evs, cc=args.cc, window=args.window)
+    try:
+        resolve(host, port)
+    except EndpointError as exc:
+        raise EndpointError(f"--to {host}: {exc}") from None
+    sender = Sender(
+        config,
+        host,
+        port,
+        workload,
+        bind=args.bind,
+        base_port=args.base_port,
+        duration=args.duration,
+        seed=args.seed,
+        connect_timeout=args.connect_timeout,
+        progress=_progress(args),
+    )
+    with _signals_stop(sender):
+        metrics = sender.run()
+    ct = metrics["completion_times"]
+    timing = (f", completion p50 {ct['p50'] * 1e3:.2f} ms p99 {ct['p99'] * 1e3:.2f} ms"
+              if ct.get("count") else "")
+    summary = (
+        f"sent {metrics['bytes']} bytes in {metrics['messages']} messages to {host}:{port} in "
+        f"{metrics['duration']:.3f} s: {metrics['goodput_bps'] / 1e6:.2f} Mb/s{timing} "
+        f"({metrics['stop_reason'] or 'stopped'})"
+    )
+    _emit(args, metrics, summary)
+    bounded = not workload.unbounded
+    if bounded and not metrics["completed"]:
+        print(f"fabriclab srd send: stopped before the workload completed ({metrics['stop_reason']})",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from transport.bench import run_bench
+
+    result = run_bench(quick=args.quick)
+    print(json.dumps(result, indent=2, sort_keys=True))
+    return 0

@@ -1,0 +1,92 @@
+"""Configuration of one transport connection, with validation that names the field and the fix."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from transport.wire import DATA_HEADER_LEN, MAX_PAYLOAD
+
+DELIVERY_MODES = ("unordered", "ordered")
+RECOVERY_MODES = ("selective", "gobackn")
+PATH_POLICIES = ("single", "spray", "adaptive")
+CC_ALGORITHMS = ("delay", "fixed")
+
+
+class ConfigError(ValueError):
+    """A TransportConfig field has a value the transport cannot run with."""
+
+
+@dataclass
+class TransportConfig:
+    mtu: int = 1400  # max UDP payload bytes per datagram (header included)
+    delivery: str = "unordered"  # "unordered" (SRD/RUD) | "ordered" (ROD, head-of-line blocking)
+    recovery: str = "selective"  # "selective" | "gobackn"
+    path_policy: str = "spray"  # "single" | "spray" | "adaptive"
+    num_evs: int = 16
+    cc: str = "delay"  # "delay" (Swift-like AIMD to a target queueing delay, MD on loss) | "fixed"
+    window: int = 64  # packets: the fixed window, and the initial window for "delay"
+    max_window: int = 1024
+    target_delay: float = 0.002  # seconds of queueing delay the delay CC aims for
+    ack_delay: float = 0.0  # 0 = ACK every packet; else coalesce ACKs for at most this long
+    ack_batch: int = 16  # with ack_delay > 0, ACK at once when this many packets are unacknowledged
+    rto_min: float = 0.005  # seconds (a floor suited to an emulator, far below TCP's 200 ms)
+    rto_max: float = 1.0
+    initial_rtt: float = 0.005  # RTT assumed until the first sample
+    # Loss detection is time-based (RACK-like, per EV): a packet overtaken by a later-sent,
+    # acknowledged packet is lost once it is older than its EV's smoothed RTT times
+    # (1 + reorder_window) plus twice that EV's RTT variation.
+    reorder_window: float = 0.25
+    max_reassembly_bytes: int = 8 * 2**20
+    max_reassembly_messages: int = 1024
+    pacing: bool = True
+
+    @property
+    def max_payload(self) -> int:
+        """Payload bytes that fit one datagram."""
+        return min(self.mtu - DATA_HEADER_LEN, MAX_PAYLOAD)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first bad field and how to fix it."""
+
+        def bad(field: str, fix: str) -> ConfigError:
+            return ConfigError(f"{field}={getattr(self, field)!r}: {fix}")
+
+        if not isinstance(self.mtu, int) or self.mtu < DATA_HEADER_LEN + 1:
+            raise bad("mtu", f"use an integer of at least {DATA_HEADER_LEN + 1} (header + 1 byte)")
+        if self.mtu > 65507:
+            raise bad("mtu", "use at most 65507, the largest UDP payload over IPv4")
+        if self.delivery not in DELIVERY_MODES:
+            raise bad("delivery", f"use one of {', '.join(DELIVERY_MODES)}")
+        if self.recovery not in RECOVERY_MODES:
+            raise bad("recovery", f"use one of {', '.join(RECOVERY_MODES)}")
+        if self.path_policy not in PATH_POLICIES:
+            raise bad("path_policy", f"use one of {', '.join(PATH_POLICIES)}")
+        if not isinstance(self.num_evs, int) or not 1 <= self.num_evs <= 65536:
+            raise bad("num_evs", "use an integer from 1 to 65536 (the EV is 16 bits)")
+        if self.cc not in CC_ALGORITHMS:
+            raise bad("cc", f"use one of {', '.join(CC_ALGORITHMS)}")
+        if not isinstance(self.max_window, int) or not 1 <= self.max_window <= 2**20:
+            raise bad("max_window", "use an integer from 1 to 1048576 packets")
+        if not isinstance(self.window, int) or not 1 <= self.window <= self.max_window:
+            raise bad("window", f"use an integer from 1 to max_window ({self.max_window})")
+        if not self.target_delay > 0:
+            raise bad("target_delay", "use a positive number of seconds, e.g. 0.002")
+        if not 0 <= self.ack_delay <= 1.0:
+            raise bad("ack_delay", "use 0 (ACK every packet) or a delay in seconds up to 1.0")
+        if not isinstance(self.ack_batch, int) or self.ack_batch < 1:
+            raise bad("ack_batch", "use a positive integer")
+        if not self.rto_min > 0:
+            raise bad("rto_min", "use a positive number of seconds, e.g. 0.005")
+        if not self.rto_max >= self.rto_min:
+            raise bad("rto_max", f"use a value of at least rto_min ({self.rto_min})")
+        if not self.initial_rtt > 0:
+            raise bad("initial_rtt", "use a positive number of seconds")
+        if not 0 <= self.reorder_window <= 10:
+            raise bad("reorder_window", "use a fraction of the smoothed RTT from 0 to 10, e.g. 0.25")
+        if not isinstance(self.max_reassembly_bytes, int) or self.max_reassembly_bytes < self.max_payload:
+            raise bad("max_reassembly_bytes", f"use at least one datagram's payload ({self.max_payload})")
+        if not isinstance(self.max_reassembly_messages, int) or self.max_reassembly_messages < 1:
+            raise bad("max_reassembly_messages", "use a positive integer")

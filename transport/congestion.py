@@ -1,0 +1,164 @@
+"""Congestion control behind one interface: a Swift-like delay-based AIMD, and a fixed window.
+
+Windows are in packets (floats, so additive increase can grow by fractions of a packet per ACK).
+``pacing_rate`` is in packets per second, or None until an RTT is known.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class CongestionControl(Protocol):
+    name: str
+
+    @property
+    def window(self) -> float: ...
+
+    @property
+    def pacing_rate(self) -> float | None: ...
+
+    def on_ack(self, rtt: float, acked: int, now: float) -> None: ...
+
+    def on_loss(self, now: float, share: float = 1.0) -> None: ...
+
+    def on_timeout(self, now: float) -> None: ...
+
+    def state(self) -> dict: ...
+
+
+class FixedWindow:
+    """A constant window; pacing spreads it over the smoothed RTT."""
+
+    name = "fixed"
+
+    def __init__(self, window: int, pacing: bool = True) -> None:
+        self._window = float(window)
+        self._pacing = pacing
+        self._srtt: float | None = None
+
+    @property
+    def window(self) -> float:
+        return self._window
+
+    @property
+    def pacing_rate(self) -> float | None:
+        if not self._pacing or self._srtt is None:
+            return None
+        return 1.5 * self._window / self._srtt
+
+    def on_ack(self, rtt: float, acked: int, now: float) -> None:
+        self._srtt = rtt if self._srtt is None else 0.875 * self._srtt + 0.125 * rtt
+
+    def on_loss(self, now: float, share: float = 1.0) -> None:
+        pass
+
+    def on_timeout(self, now: float) -> None:
+        pass
+
+    def state(self) -> dict:
+        return {"window": self._window}
+
+
+class DelayBased:
+    """Swift-like: grow while queueing delay (RTT minus the minimum RTT) is below target, shrink
+    in proportion to the excess, and shrink multiplicatively on loss -- each decrease at most once
+    per RTT. Until the first decrease the window doubles per RTT (slow start), so short transfers
+    are not dominated by the ramp.
+
+    Random loss on one of many sprayed paths is not congestion of the others, so the loss decrease
+    (``loss_beta``) is scaled by the share of the window on the EVs that lost; delay stays the
+    primary signal, as in Swift and SRD.
+    """
+
+    name = "delay"
+
+    def __init__(
+        self,
+        initial_window: int,
+        max_window: int,
+        target_delay: float,
+        *,
+        pacing: bool = True,
+        ai: float = 1.0,
+        beta: float = 0.8,
+        max_mdf: float = 0.5,
+        loss_beta: float = 0.25,
+        min_window: float = 1.0,
+    ) -> None:
+        self._window = float(initial_window)
+        self.max_window = float(max_window)
+        self.min_window = min_window
+        self.target_delay = target_delay
+        self.ai = ai
+        self.beta = beta
+        self.max_mdf = max_mdf
+        self.loss_beta = loss_beta
+        self._pacing = pacing
+        self.min_rtt: float | None = None
+        self.srtt: float | None = None
+        self.slow_start = True
+        self._last_decrease = float("-inf")
+        self.decreases = 0
+
+    @property
+    def window(self) -> float:
+        return self._window
+
+    @property
+    def pacing_rate(self) -> float | None:
+        if not self._pacing or self.srtt is None:
+            return None
+        # Pace a little faster than window/RTT so pacing smooths bursts without capping throughput.
+        gain = 2.0 if self.slow_start else 1.25
+        return gain * self._window / self.srtt
+
+    def _can_decrease(self, now: float) -> bool:
+        return now - self._last_decrease >= (self.srtt or 0.0)
+
+    def _decrease(self, factor: float, now: float) -> None:
+        self._window = max(self.min_window, self._window * factor)
+        self._last_decrease = now
+        self.slow_start = False
+        self.decreases += 1
+
+    def on_ack(self, rtt: float, acked: int, now: float) -> None:
+        if rtt <= 0:
+            return
+        self.min_rtt = rtt if self.min_rtt is None else min(self.min_rtt, rtt)
+        self.srtt = rtt if self.srtt is None else 0.875 * self.srtt + 0.125 * rtt
+        delay = rtt - self.min_rtt
+        if self.slow_start and delay >= self.target_delay / 2:
+            # Leave slow start early: the delay signal lags a doubling window by an RTT.
+            self.slow_start = False
+        if delay < self.target_delay:
+            if self.slow_start:
+                self._window += acked
+            else:
+                self._window += self.ai * acked / self._window
+            self._window = min(self._window, self.max_window)
+        elif self._can_decrease(now):
+            factor = 1.0 - self.beta * (delay - self.target_delay) / delay
+            self._decrease(max(factor, 1.0 - self.max_mdf), now)
+
+    def on_loss(self, now: float, share: float = 1.0) -> None:
+        """``share``: fraction of the window that was on the EVs that lost. With spraying, a loss
+        on one path says little about the others, so the decrease scales with that share (as
+        coupled multipath congestion control decreases only the subflow that lost)."""
+        if self._can_decrease(now):
+            self._decrease(1.0 - self.loss_beta * min(1.0, max(share, 0.0)), now)
+
+    def on_timeout(self, now: float) -> None:
+        if self._can_decrease(now):
+            self._decrease(1.0 - self.max_mdf, now)
+
+    def state(self) -> dict:
+        return {"window": self._window, "min_rtt": self.min_rtt, "decreases": self.decreases}
+
+
+def make_cc(name: str, window: int, max_window: int, target_delay: float, pacing: bool = True) -> CongestionControl:
+    if name == "delay":
+        return DelayBased(window, max_window, target_delay, pacing=pacing)
+    if name == "fixed":
+        return FixedWindow(window, pacing=pacing)
+    raise ValueError(f"unknown congestion control {name!r}: use delay or fixed")

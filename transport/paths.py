@@ -1,0 +1,178 @@
+"""Path (entropy value) policies: which EV each packet is sent on, and per-EV feedback.
+
+The connection asks ``next_ev(now, avoid=...)`` for every transmission and reports per-EV
+outcomes (``on_ack``, ``on_loss``, ``on_timeout``), the shape of the UEC simulator's
+``nextEntropy()`` / ``processEv()``. The EV becomes the UDP source port, which the fabric hashes
+(ECMP) or maps to an uplink (spray).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Protocol
+
+
+class PathPolicy(Protocol):
+    name: str
+
+    def next_ev(self, now: float, avoid: int | None = None) -> int: ...
+
+    def on_ack(self, ev: int, rtt: float, now: float) -> None: ...
+
+    def on_loss(self, ev: int, now: float) -> None: ...
+
+    def on_timeout(self, ev: int, now: float) -> None: ...
+
+    def state(self) -> dict: ...
+
+
+class SinglePath:
+    """One EV for the whole connection, drawn from the rng: what ECMP hashing does to a flow.
+
+    A retransmission asked to avoid that EV goes on the next one, so a dead path cannot hold a
+    packet hostage; new packets stay on the chosen EV.
+    """
+
+    name = "single"
+
+    def __init__(self, num_evs: int, rng: random.Random) -> None:
+        self.num_evs = num_evs
+        self.ev = rng.randrange(num_evs)
+
+    def next_ev(self, now: float, avoid: int | None = None) -> int:
+        if avoid == self.ev and self.num_evs > 1:
+            return (self.ev + 1) % self.num_evs
+        return self.ev
+
+    def on_ack(self, ev: int, rtt: float, now: float) -> None:
+        pass
+
+    def on_loss(self, ev: int, now: float) -> None:
+        pass
+
+    def on_timeout(self, ev: int, now: float) -> None:
+        pass
+
+    def state(self) -> dict:
+        return {"ev": self.ev}
+
+
+class Spray:
+    """Round-robin over all EVs, starting at a random one (oblivious packet spraying)."""
+
+    name = "spray"
+
+    def __init__(self, num_evs: int, rng: random.Random) -> None:
+        self.num_evs = num_evs
+        self._next = rng.randrange(num_evs)
+
+    def next_ev(self, now: float, avoid: int | None = None) -> int:
+        ev = self._next
+        self._next = (ev + 1) % self.num_evs
+        if ev == avoid and self.num_evs > 1:
+            ev = self._next
+            self._next = (ev + 1) % self.num_evs
+        return ev
+
+    def on_ack(self, ev: int, rtt: float, now: float) -> None:
+        pass
+
+    def on_loss(self, ev: int, now: float) -> None:
+        pass
+
+    def on_timeout(self, ev: int, now: float) -> None:
+        pass
+
+    def state(self) -> dict:
+        return {}
+
+
+class Adaptive:
+    """SRD-like adaptive spraying: round-robin over the EVs currently in good standing.
+
+    An EV that loses a packet, times out or whose smoothed RTT exceeds ``rtt_factor`` times the best
+    EV's is benched for a cool-down; repeated offences soon after coming back double the cool-down
+    (up to ``max_backoff``), so a persistently bad path carries only the occasional probe packet.
+    The cool-down scales with the best RTT so the policy behaves the same on slow and fast fabrics.
+    """
+
+    name = "adaptive"
+
+    def __init__(
+        self,
+        num_evs: int,
+        rng: random.Random,
+        *,
+        cooldown_rtts: float = 16.0,
+        min_cooldown: float = 0.002,
+        rtt_factor: float = 2.0,
+        max_backoff: int = 64,
+    ) -> None:
+        self.num_evs = num_evs
+        self._next = rng.randrange(num_evs)
+        self.cooldown_rtts = cooldown_rtts
+        self.min_cooldown = min_cooldown
+        self.rtt_factor = rtt_factor
+        self.max_backoff = max_backoff
+        self.srtt: list[float | None] = [None] * num_evs
+        self.benched_until = [float("-inf")] * num_evs
+        self.backoff = [1] * num_evs
+        self.penalties = [0] * num_evs
+
+    def _best_rtt(self) -> float | None:
+        known = [r for r in self.srtt if r is not None]
+        return min(known) if known else None
+
+    def _penalise(self, ev: int, now: float, weight: float = 1.0) -> None:
+        if not 0 <= ev < self.num_evs or self.benched_until[ev] > now:
+            return  # already benched: one episode is one offence
+        best = self._best_rtt() or self.min_cooldown / self.cooldown_rtts
+        cooldown = max(self.min_cooldown, self.cooldown_rtts * best) * weight
+        # An offence soon after the last cool-down ended means the path is still bad: back off more.
+        if now - self.benched_until[ev] < cooldown * self.backoff[ev]:
+            self.backoff[ev] = min(self.backoff[ev] * 2, self.max_backoff)
+        else:
+            self.backoff[ev] = 1
+        self.benched_until[ev] = now + cooldown * self.backoff[ev]
+        self.penalties[ev] += 1
+
+    def next_ev(self, now: float, avoid: int | None = None) -> int:
+        n = self.num_evs
+        for _ in range(n):
+            ev = self._next
+            self._next = (ev + 1) % n
+            if ev != avoid and self.benched_until[ev] <= now:
+                return ev
+        # Everything is benched (or only the avoided EV is usable): take the one back soonest.
+        candidates = [e for e in range(n) if e != avoid] or [0]
+        return min(candidates, key=lambda e: self.benched_until[e])
+
+    def on_ack(self, ev: int, rtt: float, now: float) -> None:
+        if not 0 <= ev < self.num_evs:
+            return
+        prev = self.srtt[ev]
+        self.srtt[ev] = rtt if prev is None else 0.875 * prev + 0.125 * rtt
+        best = self._best_rtt()
+        if best is not None and self.srtt[ev] > self.rtt_factor * best:
+            self._penalise(ev, now, weight=0.5)
+            # Forget the inflated estimate so the probe after the cool-down is judged afresh.
+            self.srtt[ev] = None
+
+    def on_loss(self, ev: int, now: float) -> None:
+        self._penalise(ev, now)
+
+    def on_timeout(self, ev: int, now: float) -> None:
+        self._penalise(ev, now, weight=2.0)
+
+    def state(self) -> dict:
+        return {"penalties": list(self.penalties), "backoff": list(self.backoff)}
+
+
+def make_policy(name: str, num_evs: int, rng: random.Random) -> PathPolicy:
+    if name == "single":
+        return SinglePath(num_evs, rng)
+    if name == "spray":
+        return Spray(num_evs, rng)
+    if name == "adaptive":
+        return Adaptive(num_evs, rng)
+    raise ValueError(f"unknown path policy {name!r}: use single, spray or adaptive")
