@@ -77,6 +77,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_probe)
 
+    bench = _subcommands_of(sub.choices["bench"])
+    p = bench.add_parser("fabric", help="bring-up/teardown times, OVS forwarding ceiling, reroute time",
+                         description="Measure the emulator on this machine: bring-up and teardown times for a "
+                         "ladder of leaf-spine fabrics, the Open vSwitch forwarding ceiling, and the "
+                         "controller's reroute time after a link cut. Prints one JSON object.")
+    p.add_argument("--quick", action="store_true", help="a shorter ladder and flood (about 30 s)")
+    p.add_argument("--budget", type=float, default=60.0, metavar="S",
+                   help="stop the ladder after the first fabric slower than S seconds to bring up "
+                   "(default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="JSON only (the output is JSON either way)")
+    p.set_defaults(func=cmd_bench_fabric)
+
+
+def _subcommands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return parser.add_subparsers(dest="bench_command", metavar="WHAT")
+
+
+def cmd_bench_fabric(args: argparse.Namespace) -> int:
+    from emulator.bench import run_fabric_bench
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        result = run_fabric_bench(quick=args.quick, budget_s=args.budget,
+                                  progress=lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
+    except (KeyboardInterrupt, _Terminated):
+        print("interrupted; fabric torn down", file=sys.stderr)
+        return 130
+    print(json.dumps(result, indent=1))
+    return 0
+
 
 def _on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated()

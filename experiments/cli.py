@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fabriclab {_version()}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Several packages add benchmarks under one `bench` command.
+    bench = sub.add_parser("bench", help="benchmarks that print figures as JSON",
+                           description="Benchmarks of this machine and of the transport; each prints JSON.")
+    bench.add_subparsers(dest="bench_command", metavar="WHAT")
+    bench.set_defaults(func=lambda args: bench.print_help() or 2)
     for module in _command_modules():
         module.register(sub)
     return parser
