@@ -1,0 +1,28 @@
+"""The VM definition is valid: `vagrant validate` needs no VM, only the Vagrantfile."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_vagrantfile_validates():
+    vagrant = shutil.which("vagrant")
+    assert vagrant, "vagrant is not installed: 'make setup' installs it (apt-get install vagrant)"
+    out = subprocess.run([vagrant, "validate"], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "validated successfully" in out.stdout
+
+
+def test_vagrantfile_keeps_the_promises():
+    text = (ROOT / "Vagrantfile").read_text()
+    assert "ubuntu-24.04" in text
+    assert 'host_ip: "127.0.0.1"' in text and "guest: 8080" in text
+    assert "scripts/setup.sh" in text
+    assert "cpus = 2" in text and "memory = 4096" in text
