@@ -26,6 +26,8 @@ LADDER = (
     "leaf-spine:spines=4,leaves=8,hosts=4,rate=20",
     "leaf-spine:spines=8,leaves=8,hosts=8,rate=20",
     "leaf-spine:spines=8,leaves=16,hosts=8,rate=20",
+    "leaf-spine:spines=8,leaves=32,hosts=8,rate=20",
+    "leaf-spine:spines=16,leaves=32,hosts=8,rate=20",
 )
 QUICK_LADDER = LADDER[:3]
 
@@ -50,28 +52,43 @@ def bring_up_times(specs: tuple[str, ...], budget_s: float, progress: Callable[[
     return rows
 
 
-def forwarding_ceiling(packets: int, progress: Callable[[str], None]) -> dict:
-    """Flood h1 -> h2 across a spine (3 switches) with links fast enough that OVS is the bottleneck.
+OFFERED_PPS = (10_000, 20_000, 40_000, 60_000, 80_000, 100_000, 120_000, 150_000, 200_000)
 
-    The flood lasts seconds so the figure is the sustained rate, not a burst absorbed by socket buffers.
+
+def forwarding_ceiling(seconds: float, progress: Callable[[str], None], size: int = 64) -> dict:
+    """Offer h1 -> h2 (across a spine: 3 switches) rising UDP rates on 10 Gb/s links, so that Open vSwitch
+    and the CPU, not the shaping, limit delivery; the ceiling is the highest rate delivered at >= 99 %.
+
+    Overload is not the ceiling: past it, OVS spends its cycles on packets it drops later, and delivery
+    collapses. Each step lasts `seconds` so that socket buffers cannot hide a shortfall.
     """
-    topo = parse_spec("leaf-spine:spines=1,leaves=2,hosts=1,rate=1000")
-    progress("forwarding ceiling")
+    topo = parse_spec("leaf-spine:spines=1,leaves=2,hosts=1,rate=10000")
+    progress(f"forwarding ceiling, {size}-byte datagrams")
+    steps = []
     with Fabric(topo, mode="ecmp") as fab:
         switches = [s.name for s in topo.switches]
-        before = {s: switch_rx_packets(s) for s in switches}
-        t0 = time.monotonic()
-        r = run_probe(fab, "h1", "h2", packets=packets, entropy="fixed", rate_pps=1e7)
-        wall = time.monotonic() - t0
-        after = {s: switch_rx_packets(s) for s in switches}
-    traversals = sum(after[s] - before[s] for s in switches)
-    dur = max(r.duration_s, 1e-6)
+        for offered in OFFERED_PPS:
+            before = {s: switch_rx_packets(s) for s in switches}
+            r = run_probe(fab, "h1", "h2", packets=int(offered * seconds), entropy="fixed", rate_pps=offered,
+                          size=size)
+            after = {s: switch_rx_packets(s) for s in switches}
+            dur = max(r.duration_s, 1e-6)
+            delivered = r.packets_received / r.packets_sent
+            steps.append({
+                "offered_pps": offered, "delivered_fraction": round(delivered, 4),
+                "received_pps": round(r.packets_received / dur),
+                "switch_traversals_pps": round(sum(after[s] - before[s] for s in switches) / dur),
+            })
+            if delivered < 0.95:
+                break
+    good = [s for s in steps if s["delivered_fraction"] >= 0.99]
+    best = max(good, key=lambda s: s["received_pps"]) if good else None
     return {
-        "topology": topo.name, "packets_sent": r.packets_sent, "packets_received": r.packets_received,
-        "receive_duration_s": round(dur, 3), "end_to_end_pps": round(r.packets_received / dur),
-        "switch_traversals": traversals, "switch_traversals_pps": round(traversals / dur),
-        "delivered_fraction": round(r.packets_received / r.packets_sent, 4), "wall_s": round(wall, 2),
-        "note": "64-byte UDP payloads; the sender is one Python process, so the ceiling is a lower bound",
+        "topology": topo.name, "payload_bytes": size, "steps": steps,
+        "ceiling_pps": best["received_pps"] if best else None,
+        "ceiling_switch_traversals_pps": best["switch_traversals_pps"] if best else None,
+        "ceiling_mbps": round(best["received_pps"] * size * 8 / 1e6, 1) if best else None,
+        "note": "end-to-end UDP across 3 switches, one Python sender; a lower bound on what OVS can do",
     }
 
 
@@ -102,7 +119,10 @@ def run_fabric_bench(quick: bool = False, budget_s: float = 60.0,
     t0 = time.monotonic()
     result: dict[str, Any] = {
         "bring_up": bring_up_times(QUICK_LADDER if quick else LADDER, budget_s, progress),
-        "forwarding_ceiling": forwarding_ceiling(150_000 if quick else 400_000, progress),
+        "forwarding_ceiling": [
+            forwarding_ceiling(0.5 if quick else 1.5, progress, size=64),
+            forwarding_ceiling(0.5 if quick else 1.5, progress, size=1400),
+        ],
         "reroute": reroute(progress),
     }
     ready = [r for r in result["bring_up"] if r["bring_up_s"] <= budget_s]

@@ -77,6 +77,7 @@ def run_probe(
     rate_pps: float = 2000.0,
     during: Callable[[], None] | None = None,
     during_at: float = 0.5,
+    size: int = 64,
 ) -> ProbeResult:
     """Send `packets` datagrams src -> dst; optionally call `during()` `during_at` seconds in."""
     if entropy not in ENTROPY:
@@ -106,7 +107,7 @@ def run_probe(
         send = fab.host(src).popen(
             [sys.executable, "-m", "emulator.probe_agent", "send", "--dst", fab.ip(dst), "--port",
              str(PROBE_PORT), "--packets", str(packets), "--sources", str(sources), "--base-port",
-             str(BASE_PORT), "--rate", str(rate_pps)],
+             str(BASE_PORT), "--rate", str(rate_pps), "--size", str(size)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         if during is not None:
