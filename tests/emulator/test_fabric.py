@@ -196,3 +196,44 @@ def ping_count(fab: Fabric, src: str, dst: str, n: int) -> int:
         if "received" in line:
             return int(line.split(",")[1].split()[0])
     return 0
+
+
+def test_transport_over_real_sockets_sprays_across_spines(ls442, restore_mode, tmp_path):
+    """The transport's UDP endpoint in two emulated hosts: all bytes arrive, and in spray mode its EVs
+    (source ports) spread the packets over every spine."""
+    import sys
+
+    from emulator.probe import switch_rx_packets
+
+    restore_mode(ls442)
+    ls442.set_mode("spray")
+    spines = [s.name for s in ls442.topology.by_role("spine")]
+    before = {s: switch_rx_packets(s) for s in spines}
+    recv_json, send_json = tmp_path / "recv.json", tmp_path / "send.json"
+    cli = [sys.executable, "-m", "experiments.cli", "srd"]
+    recv = ls442.host("h8").popen([*cli, "recv", "--expect-bytes", "2M",
+                                   "--json-out", str(recv_json)])
+    try:
+        wait_udp_listening(ls442.host("h8"), 7471)
+        send = ls442.host("h1").popen([*cli, "send", "--to", ls442.ip("h8"), "--bytes", "2M",
+                                       "--policy", "spray", "--json-out", str(send_json)],
+                                      stderr=subprocess.PIPE)
+        assert send.wait(timeout=90) == 0, send.stderr.read()
+        assert recv.wait(timeout=30) == 0
+    finally:
+        for p in (recv,):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    sent = json.loads(send_json.read_text())
+    got = json.loads(recv_json.read_text())
+    assert sent["completed"] and got["bytes"] == sent["bytes"] == 2 * 2**20
+    crossed = {s: switch_rx_packets(s) - before[s] for s in spines}
+    assert all(v > 0.15 * sum(crossed.values()) for v in crossed.values()), crossed
+
+
+def wait_udp_listening(host, port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while f":{port} " not in host.cmd(f"ss -Hlun 'sport = :{port}'"):
+        assert time.monotonic() < deadline, f"nothing listens on UDP port {port} in {host.name}"
+        time.sleep(0.05)
