@@ -16,8 +16,8 @@ from __future__ import annotations
 import heapq
 import logging
 import random
+import zlib
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 
 from transport.config import TransportConfig
 from transport.congestion import make_cc
@@ -26,18 +26,28 @@ from transport.metrics import Stats
 from transport.paths import make_policy
 from transport.recovery import Pacer, RttEstimator, SentPacket, reorder_allowance, rto
 from transport.wire import (
+    ACK_LEN,
+    ACK_NOCRC_STRUCT,
+    ACK_STRUCT,
+    CRC_STRUCT,
+    DATA_HEADER_LEN,
+    DATA_NOCRC_STRUCT,
+    DATA_STRUCT,
     FLAG_NAK,
     FLAG_RETRANSMIT,
+    MAGIC,
     MSG_ID_MASK,
     PSN_MASK,
     SACK_BITS,
+    TIMESTAMP_MASK,
+    TYPE_ACK,
+    TYPE_DATA,
+    VERSION,
     AckPacket,
     DataPacket,
     WireError,
     decode,
-    encode,
     psn_diff,
-    to_timestamp,
 )
 
 __all__ = ["Connection", "Event", "MessageAcked", "MessageReceived"]
@@ -49,24 +59,50 @@ logger = logging.getLogger(__name__)
 _RETIRED_MAX = 4096
 
 
-@dataclass
+# The hot path packs and parses headers with these directly (see wire.py for the layout).
+_pack_data_head = DATA_NOCRC_STRUCT.pack
+_pack_ack_head = ACK_NOCRC_STRUCT.pack
+_pack_crc = CRC_STRUCT.pack
+_unpack_data = DATA_STRUCT.unpack_from
+_unpack_ack = ACK_STRUCT.unpack_from
+_crc32 = zlib.crc32
+_HEAD_NOCRC = DATA_HEADER_LEN - 4
+_ACK_NOCRC = ACK_LEN - 4
+_HALF = 1 << 31
+_FULL = 1 << 32
+
+
 class _OutMessage:
-    msg_id: int
-    data: bytes
-    frag_count: int
-    next_frag: int
-    submitted: float
+    """A message being sent: fragmented lazily, and counted down as its fragments are acknowledged."""
+
+    __slots__ = ("data", "frag_count", "msg_id", "next_frag", "remaining", "size", "submitted", "wire_id")
+
+    def __init__(self, msg_id: int, data: bytes, frag_count: int, submitted: float) -> None:
+        self.msg_id = msg_id
+        self.wire_id = msg_id & MSG_ID_MASK
+        self.data = data
+        self.size = len(data)
+        self.frag_count = frag_count
+        self.next_frag = 0
+        self.remaining = frag_count  # fragments not yet acknowledged
+        self.submitted = submitted
 
 
-@dataclass
 class _Reassembly:
-    first_seq: int
-    frag_count: int
-    msg_len: int
-    frag_size: int  # payload of every fragment but the last; 0 until known
-    frags: list[bytes | None]
-    received: int = 0
-    nbytes: int = 0
+    """A message being reassembled from its fragments."""
+
+    __slots__ = ("first_seq", "frag_count", "frag_size", "frags", "last_size", "msg_len", "nbytes", "received")
+
+    def __init__(self, first_seq: int, frag_count: int, msg_len: int, frag_size: int) -> None:
+        self.first_seq = first_seq
+        self.frag_count = frag_count
+        self.msg_len = msg_len
+        self.frag_size = frag_size  # payload of every fragment but the last; 0 until known
+        # Size the last fragment must have (known once frag_size is); -1 = not known yet.
+        self.last_size = msg_len - frag_size * (frag_count - 1) if frag_size else -1
+        self.frags: list[bytes | None] = [None] * frag_count
+        self.received = 0
+        self.nbytes = 0
 
 
 def _msg_diff(a: int, b: int) -> int:
@@ -85,18 +121,22 @@ class Connection:
         self._rng = random.Random(seed)
         self._policy = make_policy(config.path_policy, config.num_evs, self._rng)
         self._cc = make_cc(config.cc, config.window, config.max_window, config.target_delay, config.pacing)
-        self._pacer = Pacer()
+        # With coalesced ACKs one ACK opens the window by up to ack_batch packets at once; a pacer
+        # that banked only 4 intervals of idle time would split that into several wake-ups.
+        self._pacer = Pacer(burst=max(4, config.ack_batch) if config.ack_delay > 0 else 4)
         self._events: deque[Event] = deque()
         self._now = 0.0
         self.stats = Stats()
         self._payload = config.max_payload
         self._gobackn = config.recovery == "gobackn"
         self._ordered = config.delivery == "ordered"
+        self._num_evs = config.num_evs
+        self._ack_delay = config.ack_delay
+        self._ack_batch = config.ack_batch
 
         # --- sender ---
         self._next_msg = 0
         self._send_queue: deque[_OutMessage] = deque()
-        self._msg_remaining: dict[int, tuple[int, float, int]] = {}  # msg -> (unacked frags, submitted, size)
         self._next_seq = 0  # next new PSN (as seq)
         self._snd_una = 0  # lowest unacknowledged seq
         self._sent: dict[int, SentPacket] = {}  # unacknowledged, transmitted at least once
@@ -110,12 +150,17 @@ class Connection:
         self._rtt = RttEstimator()
         self._ev_rtt: dict[int, RttEstimator] = {}
         self._backoff = 0
+        self._rto_value: float | None = None  # rto() for the current estimate and backoff; None = stale
         self._rewind_seq = -1
         self._rewind_time = float("-inf")
         self._pacing_blocked = False
+        # Beyond this many PSNs past the oldest unacknowledged one the sender stops taking new
+        # PSNs: bounds its own memory of unacknowledged packets.
+        self._send_span = 4 * config.max_window + max(1, config.max_reassembly_bytes // self._payload)
 
         # --- receiver ---
         self._window_psns = max(1, config.max_reassembly_bytes // self._payload)
+        self._max_message = self._window_psns * self._payload
         # Until the peer advertises its window, assume it is configured like us.
         self._peer_limit = min(config.max_window, self._window_psns)
         self._rcv_nxt = 0  # every seq below has been received
@@ -130,37 +175,76 @@ class Connection:
         self._out_acks: list[tuple[bytes, int]] = []
         self._ack_pending = 0
         self._ack_deadline: float | None = None
-        self._ack_trigger: tuple[int, int, int, float] | None = None  # (seq, echo_ts, ev, arrival)
+        # The packet the next coalesced ACK answers (the latest one): seq, echo timestamp, EV, arrival.
+        self._ack_seq = -1
+        self._ack_ts = 0
+        self._ack_ev = 0
+        self._ack_arrival = 0.0
 
     # ------------------------------------------------------------------ API
 
     @property
     def max_message_size(self) -> int:
         """Largest message the peer (with the same configuration) can reassemble."""
-        return self._window_psns * self._payload
+        return self._max_message
 
     def send_message(self, data: bytes, now: float | None = None) -> int:
         """Queue a message; returns its id. ``now`` defaults to the latest time the connection saw."""
         data = bytes(data)
-        if len(data) > self.max_message_size:
+        if len(data) > self._max_message:
             raise ValueError(
-                f"message of {len(data)} bytes exceeds the reassembly limit of {self.max_message_size} bytes"
+                f"message of {len(data)} bytes exceeds the reassembly limit of {self._max_message} bytes"
             )
         if now is not None:
             self._now = now
         msg_id = self._next_msg
         self._next_msg += 1
         count = max(1, -(-len(data) // self._payload))
-        self._send_queue.append(_OutMessage(msg_id, data, count, 0, self._now))
-        self._msg_remaining[msg_id] = (count, self._now, len(data))
+        self._send_queue.append(_OutMessage(msg_id, data, count, self._now))
         self.stats.messages_sent += 1
         return msg_id & MSG_ID_MASK
 
     def receive_datagram(self, data: bytes, now: float) -> None:
         """Process one datagram from the peer. Never raises: bad input is counted as dropped."""
         self._now = now
+        # Fast path: parse the fixed header in place and validate it exactly as wire.decode()
+        # does, without building a packet object; anything it does not accept goes through
+        # decode(), which names the problem.
         try:
-            pkt = decode(data)
+            n = len(data)
+            ptype = data[3] if n > 3 else 0
+            if ptype == TYPE_DATA and n >= DATA_HEADER_LEN:
+                (magic, version, _t, _flags, ev, cid, psn, msg_id, idx, count, msg_len, ts, plen,
+                 crc) = _unpack_data(data)
+                payload = bytes(data[DATA_HEADER_LEN:])
+                if (
+                    magic == MAGIC
+                    and version == VERSION
+                    and plen == n - DATA_HEADER_LEN
+                    and _crc32(payload, _crc32(data[:_HEAD_NOCRC])) == crc
+                    and idx < count
+                    and plen <= msg_len
+                ):
+                    if cid != self.connection_id:
+                        self.stats.drop("wrong_connection")
+                        return
+                    try:
+                        self._on_data(psn, msg_id, idx, count, msg_len, ts, ev, payload, now)
+                    except Exception:
+                        self._internal_error()
+                    return
+            elif ptype == TYPE_ACK and n == ACK_LEN:
+                fields = _unpack_ack(data)
+                if fields[0] == MAGIC and fields[1] == VERSION and _crc32(data[:_ACK_NOCRC]) == fields[-1]:
+                    if fields[5] != self.connection_id:
+                        self.stats.drop("wrong_connection")
+                        return
+                    try:
+                        self._on_ack(fields, now)
+                    except Exception:
+                        self._internal_error()
+                    return
+            pkt = decode(data)  # raises WireError for everything the fast path rejected
         except WireError as exc:
             self.stats.drop("malformed")
             logger.debug("dropped malformed datagram: %s", exc)
@@ -169,18 +253,25 @@ class Connection:
             self.stats.drop("malformed")
             logger.exception("unexpected error decoding a datagram")
             return
+        # Only reached if decode() accepts what the fast path did not (it should not happen).
         if pkt.conn_id != self.connection_id:
             self.stats.drop("wrong_connection")
             return
         try:
             if isinstance(pkt, DataPacket):
-                self._on_data(pkt, now)
+                self._on_data(
+                    pkt.psn, pkt.msg_id, pkt.frag_index, pkt.frag_count, pkt.msg_len, pkt.timestamp, pkt.ev,
+                    pkt.payload, now,
+                )
             else:
-                self._on_ack(pkt, now)
+                self._on_ack(_ack_fields(pkt), now)
         except Exception:
-            # Validation happens before any state changes, so this is a bug; keep running.
-            self.stats.drop("internal_error")
-            logger.exception("error processing a datagram")
+            self._internal_error()
+
+    def _internal_error(self) -> None:
+        # Validation happens before any state changes, so this is a bug; keep running.
+        self.stats.drop("internal_error")
+        logger.exception("error processing a datagram")
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, int]]:
         """Everything that may be sent now: ACKs first, then retransmissions, then new data."""
@@ -190,37 +281,106 @@ class Connection:
         out = self._out_acks
         self._out_acks = []
         self._pacing_blocked = False
+        queue = self._send_queue
+        retx = self._retx
+        if not (queue or retx):
+            return out
+        # Window, pacing rate and timestamp cannot change within one call (only ACKs, losses and
+        # timeouts move them), so they are read once.
         cc = self._cc
+        cwnd = cc.window
+        rate = cc.pacing_rate
+        interval = 1.0 / rate if rate and rate > 0 else 0.0
+        pacer = self._pacer
+        next_time = pacer.next_time
+        burst_floor = now - pacer.burst * interval
+        ts = round(now * 1e6) & TIMESTAMP_MASK
+        inflight = self._inflight
+        sent = self._sent
+        n_inflight = len(inflight)
+        append = out.append
+        next_ev = self._policy.next_ev
+        num_evs = self._num_evs
+        size = self._payload
+        cid = self.connection_id
+        ipsn = self.initial_psn
+        st = self.stats
+        per_ev = st.per_ev
+        span = self._send_span
+        n_new = 0
+        new_bytes = 0
         while True:
-            has_retx = self._has_retx()
-            has_new = bool(self._send_queue) and self._rwnd_allows()
-            if not (has_retx or has_new):
+            has_retx = bool(retx) and self._has_retx()
+            if not has_retx:
+                if not queue:
+                    break
+                seq = self._next_seq
+                if seq - self._snd_una >= span or not (seq < self._peer_limit or not n_inflight):
+                    # Receive window closed (one packet may probe it when nothing is in flight,
+                    # so a lost window update cannot stall the connection).
+                    break
+            if n_inflight >= cwnd:
                 break
-            if len(self._inflight) >= cc.window:
-                break
-            if not self._pacer.can_send(now):
+            if next_time > now:
                 self._pacing_blocked = True
                 break
             if has_retx:
-                rec = self._sent[heapq.heappop(self._retx)]
-                out.append(self._transmit(rec, now, retransmit=True))
+                append(self._transmit(sent[heapq.heappop(retx)], now, retransmit=True))
             else:
-                out.append(self._transmit(self._new_packet(), now, retransmit=False))
-            self._pacer.on_sent(now, cc.pacing_rate)
+                # A new PSN: the next fragment of the oldest queued message.
+                msg = queue[0]
+                i = msg.next_frag
+                payload = msg.data[i * size : (i + 1) * size]
+                rec = SentPacket(seq, msg.msg_id, i, msg.frag_count, msg.size, payload, msg)
+                self._next_seq = seq + 1
+                msg.next_frag = i + 1
+                if i + 1 >= msg.frag_count:
+                    queue.popleft()
+                ev = next_ev(now, None) % num_evs
+                self._tx_counter += 1
+                rec.sent_time = now
+                rec.ev = ev
+                rec.ts = ts
+                rec.tx_order = self._tx_counter
+                sent[seq] = rec
+                inflight[seq] = rec
+                head = _pack_data_head(
+                    MAGIC, VERSION, TYPE_DATA, 0, ev, cid, (ipsn + seq) & PSN_MASK, msg.wire_id, i,
+                    msg.frag_count, msg.size, ts, len(payload),
+                )
+                data = head + _pack_crc(_crc32(payload, _crc32(head))) + payload
+                nbytes = len(data)
+                evs = per_ev.get(ev) or st.ev(ev)
+                evs.packets_sent += 1
+                evs.bytes_sent += nbytes
+                n_new += 1
+                new_bytes += nbytes
+                append((data, ev))
+            n_inflight += 1
+            if interval:
+                next_time = (next_time if next_time > burst_floor else burst_floor) + interval
+            else:
+                next_time = float("-inf")
+        pacer.next_time = next_time
+        st.packets_sent += n_new
+        st.bytes_sent += new_bytes
         return out
 
     def get_timer(self) -> float | None:
         """Absolute time of the next timer (ACK delay, loss detection, RTO or pacing), or None."""
-        times = []
-        if self._ack_pending and self._ack_deadline is not None:
-            times.append(self._ack_deadline)
-        if self._loss_time is not None:
-            times.append(self._loss_time)
+        t = self._ack_deadline if self._ack_pending else None
+        lt = self._loss_time
+        if lt is not None and (t is None or lt < t):
+            t = lt
         if self._inflight:
-            times.append(self._rto_deadline())
+            rt = self._rto_deadline()
+            if t is None or rt < t:
+                t = rt
         if self._pacing_blocked:
-            times.append(self._pacer.next_time)
-        return min(times) if times else None
+            pt = self._pacer.next_time
+            if t is None or pt < t:
+                t = pt
+        return t
 
     def handle_timer(self, now: float) -> None:
         self._now = now
@@ -260,13 +420,6 @@ class Connection:
 
     # ------------------------------------------------------------------ sender
 
-    def _rwnd_allows(self) -> bool:
-        # With nothing in flight one packet may probe a closed window, so a lost window update
-        # cannot stall the connection (the receiver answers a beyond-window packet with an ACK).
-        if self._next_seq - self._snd_una >= 4 * self.config.max_window + self._window_psns:
-            return False  # bound the sender's own memory of unacknowledged packets
-        return self._next_seq < self._peer_limit or not self._inflight
-
     def _has_retx(self) -> bool:
         # Entries whose packet was acknowledged meanwhile are discarded lazily.
         retx = self._retx
@@ -277,41 +430,29 @@ class Connection:
             heapq.heappop(retx)
         return False
 
-    def _new_packet(self) -> SentPacket:
-        msg = self._send_queue[0]
-        i = msg.next_frag
-        payload = msg.data[i * self._payload : (i + 1) * self._payload]
-        rec = SentPacket(self._next_seq, msg.msg_id, i, msg.frag_count, len(msg.data), payload)
-        self._next_seq += 1
-        msg.next_frag += 1
-        if msg.next_frag >= msg.frag_count:
-            self._send_queue.popleft()
-        self._sent[rec.seq] = rec
-        return rec
-
     def _transmit(self, rec: SentPacket, now: float, retransmit: bool) -> tuple[bytes, int]:
-        ev = self._policy.next_ev(now, rec.ev if retransmit else None) % self.config.num_evs
-        ts = to_timestamp(now)
+        """(Re)transmit a PSN that has a record; new PSNs take the inlined copy of this in
+        datagrams_to_send()."""
+        ev = self._policy.next_ev(now, rec.ev if retransmit else None) % self._num_evs
+        ts = round(now * 1e6) & TIMESTAMP_MASK
         self._tx_counter += 1
+        if rec.tx is None and rec.tx_order:
+            rec.tx = [(rec.ts, rec.ev, rec.sent_time)]
         rec.sent_time = now
         rec.ev = ev
+        rec.ts = ts
         rec.tx_order = self._tx_counter
-        rec.tx.append((ts, ev, now))
+        if rec.tx is not None:
+            rec.tx.append((ts, ev, now))
         rec.lost = False
         self._inflight[rec.seq] = rec
-        pkt = DataPacket(
-            self.connection_id,
-            (self.initial_psn + rec.seq) & PSN_MASK,
-            rec.msg_id & MSG_ID_MASK,
-            rec.frag_index,
-            rec.frag_count,
-            rec.msg_len,
-            ts,
-            ev,
-            rec.payload,
-            FLAG_RETRANSMIT if retransmit else 0,
+        payload = rec.payload
+        head = _pack_data_head(
+            MAGIC, VERSION, TYPE_DATA, FLAG_RETRANSMIT if retransmit else 0, ev, self.connection_id,
+            (self.initial_psn + rec.seq) & PSN_MASK, rec.msg_id & MSG_ID_MASK, rec.frag_index, rec.frag_count,
+            rec.msg_len, ts, len(payload),
         )
-        data = encode(pkt)
+        data = head + _pack_crc(_crc32(payload, _crc32(head))) + payload
         st = self.stats
         evs = st.ev(ev)
         st.packets_sent += 1
@@ -326,58 +467,82 @@ class Connection:
     def _seq_from_psn(self, psn: int, ref: int) -> int:
         return ref + psn_diff(psn, (self.initial_psn + ref) & PSN_MASK)
 
-    def _on_ack(self, ack: AckPacket, now: float) -> None:
+    def _on_ack(self, fields: tuple, now: float) -> None:
+        """``fields``: the ACK header as unpacked by wire.ACK_STRUCT."""
+        (_m, _v, _t, flags, _ev, _cid, cum_psn, sack_base, bitmap, ack_psn, echo_ts, ack_delay, rwnd,
+         _crc) = fields
         st = self.stats
-        cum = self._seq_from_psn(ack.cum_psn, self._snd_una)
-        if cum > self._next_seq:
+        ipsn = self.initial_psn
+        una = self._snd_una
+        next_seq = self._next_seq
+        d = (cum_psn - ipsn - una) & PSN_MASK
+        cum = una + (d - _FULL if d >= _HALF else d)
+        if cum > next_seq:
             st.drop("ack_unsent")  # acknowledges PSNs never sent
             return
-        sacked: list[int] = []
-        if ack.sack_bitmap:
-            base = self._seq_from_psn(ack.sack_base, self._snd_una)
-            sacked = [base + i for i in range(SACK_BITS) if ack.sack_bitmap >> i & 1]
-            if sacked[-1] >= self._next_seq:
+        base = 0
+        if bitmap:
+            d = (sack_base - ipsn - una) & PSN_MASK
+            base = una + (d - _FULL if d >= _HALF else d)
+            if base + bitmap.bit_length() - 1 >= next_seq:
                 st.drop("ack_unsent")
                 return
         st.acks_received += 1
 
-        newly: list[SentPacket] = []
         sent = self._sent
-        if cum > self._snd_una:
-            for s in range(self._snd_una, cum):
-                rec = sent.pop(s, None)
+        # The record of the triggering PSN, looked up before acknowledged records are removed.
+        d = (ack_psn - ipsn - una) & PSN_MASK
+        ack_seq = una + (d - _FULL if d >= _HALF else d)
+        trig = sent.get(ack_seq) or self._retired.get(ack_seq)
+
+        newly: list[SentPacket] = []
+        if cum > una:
+            pop = sent.pop
+            for s in range(una, cum):
+                rec = pop(s, None)
                 if rec is not None:
                     newly.append(rec)
-        for s in sacked:
-            rec = sent.pop(s, None)
+        while bitmap:
+            low = bitmap & -bitmap
+            bitmap ^= low
+            rec = sent.pop(base + low.bit_length() - 1, None)
             if rec is not None:
                 newly.append(rec)
         # The receiver's window ends at a fixed distance from the start of the message it is
         # reassembling, so the end only moves forward; reordered ACKs cannot shrink it.
-        self._peer_limit = max(self._peer_limit, cum + min(ack.rwnd, self._window_psns))
-        while self._snd_una < self._next_seq and self._snd_una not in sent:
-            self._snd_una += 1
+        limit = cum + (rwnd if rwnd < self._window_psns else self._window_psns)
+        if limit > self._peer_limit:
+            self._peer_limit = limit
+        una = cum if cum > una else una
+        while una < next_seq and una not in sent:
+            una += 1
+        self._snd_una = una
 
         # RTT sample and spurious-retransmission check from the echoed timestamp.
-        ack_seq = self._seq_from_psn(ack.ack_psn, self._snd_una)
-        trig = None
-        for rec in newly:
-            if rec.seq == ack_seq:
-                trig = rec
-                break
-        if trig is None:
-            trig = sent.get(ack_seq) or self._retired.get(ack_seq)
         rtt_sample: float | None = None
         if trig is not None:
-            for i, (ts, ev, sent_time) in enumerate(trig.tx):
-                if ts != ack.echo_ts:
-                    continue
-                rtt = now - sent_time - ack.ack_delay * 1e-6
+            tx = trig.tx
+            if tx is None:
+                match = 0 if trig.ts == echo_ts else -1
+                n_tx = 1
+                sent_time = trig.sent_time
+                ev = trig.ev
+            else:
+                match = -1
+                n_tx = len(tx)
+                sent_time, ev = 0.0, 0
+                for i, (ts, t_ev, t_time) in enumerate(tx):
+                    if ts == echo_ts:
+                        match, ev, sent_time = i, t_ev, t_time
+                        break
+            if match >= 0:
+                rtt = now - sent_time - ack_delay * 1e-6
                 if rtt <= 0:
                     rtt = now - sent_time
                 if rtt > 0:
                     rtt_sample = rtt
                     self._rtt.update(rtt)
+                    self._rto_value = None
                     est = self._ev_rtt.get(ev)
                     if est is None:
                         est = self._ev_rtt[ev] = RttEstimator()
@@ -386,55 +551,60 @@ class Connection:
                     st.ev(ev).rtt.append(rtt)
                     self._policy.on_ack(ev, rtt, now)
                 delivered = trig.seq not in sent
-                if delivered and i < len(trig.tx) - 1 and not trig.spurious:
+                if delivered and match < n_tx - 1 and not trig.spurious:
                     # An earlier copy reached the receiver: the later copies were not needed.
                     trig.spurious = True
-                    n = len(trig.tx) - 1 - i
-                    st.spurious_retransmissions += n
-                if delivered and i == len(trig.tx) - 1 and trig.tx_order > self._rack_order:
+                    st.spurious_retransmissions += n_tx - 1 - match
+                if delivered and match == n_tx - 1 and trig.tx_order > self._rack_order:
                     self._rack_order = trig.tx_order
                     self._rack_dirty = True
-                break
 
-        for rec in newly:
-            self._on_delivered(rec, now)
         if newly:
-            self._backoff = 0
+            self._on_delivered(newly, now)
+            if self._backoff:
+                self._backoff = 0
+                self._rto_value = None
         if rtt_sample is not None:
             self._cc.on_ack(rtt_sample, len(newly), now)
 
         if self._gobackn:
             # One rewind per sequence error per RTT: NAKs for the same PSN may arrive in bursts.
             repeat = cum == self._rewind_seq and now - self._rewind_time <= (self._rtt.srtt or 0.0)
-            if ack.flags & FLAG_NAK and cum in sent and not repeat:
+            if flags & FLAG_NAK and cum in sent and not repeat:
                 self._rewind(cum, now)
         elif self._rack_dirty or (self._loss_time is not None and now >= self._loss_time):
             self._detect_losses(now)
 
-    def _on_delivered(self, rec: SentPacket, now: float) -> None:
+    def _on_delivered(self, newly: list[SentPacket], now: float) -> None:
         st = self.stats
-        self._inflight.pop(rec.seq, None)
-        rec.lost = False
-        st.ev(rec.ev).acked += 1
-        if len(rec.tx) == 1:
-            if rec.tx_order > self._rack_order:
-                self._rack_order = rec.tx_order
-                self._rack_dirty = True
-        else:
-            self._retired[rec.seq] = rec
-            if len(self._retired) > _RETIRED_MAX:
-                self._retired.popitem(last=False)
-        if rec.lost_time is not None:
-            st.recovery.append(now - rec.lost_time)
-        remaining, submitted, size = self._msg_remaining[rec.msg_id]
-        if remaining <= 1:
-            del self._msg_remaining[rec.msg_id]
-            st.messages_acked += 1
-            st.bytes_acked += size
-            st.completion.append(now - submitted)
-            self._events.append(MessageAcked(rec.msg_id & MSG_ID_MASK, now - submitted))
-        else:
-            self._msg_remaining[rec.msg_id] = (remaining - 1, submitted, size)
+        per_ev = st.per_ev
+        inflight_pop = self._inflight.pop
+        rack = self._rack_order
+        for rec in newly:
+            inflight_pop(rec.seq, None)
+            rec.lost = False
+            (per_ev.get(rec.ev) or st.ev(rec.ev)).acked += 1
+            if rec.tx is None:
+                if rec.tx_order > rack:
+                    rack = rec.tx_order
+            else:
+                self._retired[rec.seq] = rec
+                if len(self._retired) > _RETIRED_MAX:
+                    self._retired.popitem(last=False)
+            if rec.lost_time is not None:
+                st.recovery.append(now - rec.lost_time)
+            msg = rec.msg
+            msg.remaining -= 1
+            if msg.remaining <= 0:
+                st.messages_acked += 1
+                st.bytes_acked += msg.size
+                latency = now - msg.submitted
+                st.completion.append(latency)
+                self._events.append(MessageAcked(msg.wire_id, latency))
+            rec.msg = None  # the message's data can go once its last fragment is acknowledged
+        if rack > self._rack_order:
+            self._rack_order = rack
+            self._rack_dirty = True
 
     def _mark_lost(self, rec: SentPacket, now: float) -> None:
         self._inflight.pop(rec.seq, None)
@@ -450,11 +620,14 @@ class Connection:
         older than its own EV's RTT plus the reordering allowance."""
         self._rack_dirty = False
         self._loss_time = None
-        lost: list[SentPacket] = []
         rack = self._rack_order
+        inflight = self._inflight
+        if not inflight or next(iter(inflight.values())).tx_order >= rack:
+            return  # nothing in flight was overtaken (the common, in-order case)
+        lost: list[SentPacket] = []
         allowance: dict[int, float] = {}
         loss_time = None
-        for rec in self._inflight.values():
+        for rec in inflight.values():
             if rec.tx_order >= rack:
                 break
             a = allowance.get(rec.ev)
@@ -496,14 +669,19 @@ class Connection:
             self._mark_lost(rec, now)
         self._cc.on_loss(now)
 
+    def _rto(self) -> float:
+        # Asked for on every get_timer(), but it only changes with an RTT sample or the backoff.
+        value = self._rto_value
+        if value is None:
+            c = self.config
+            value = self._rto_value = rto(self._rtt, c.initial_rtt, c.rto_min, c.rto_max, self._backoff)
+        return value
+
     def _rto_deadline(self) -> float:
-        oldest = next(iter(self._inflight.values()))
-        c = self.config
-        return oldest.sent_time + rto(self._rtt, c.initial_rtt, c.rto_min, c.rto_max, self._backoff)
+        return next(iter(self._inflight.values())).sent_time + self._rto()
 
     def _on_rto(self, now: float) -> None:
-        c = self.config
-        timeout = rto(self._rtt, c.initial_rtt, c.rto_min, c.rto_max, self._backoff)
+        timeout = self._rto()
         if not self._inflight or next(iter(self._inflight.values())).sent_time + timeout > now:
             return
         # Everything in flight for more than half the timeout is declared lost with the oldest
@@ -518,6 +696,7 @@ class Connection:
         st = self.stats
         st.timeouts += 1
         self._backoff += 1
+        self._rto_value = None
         evs = {rec.ev for rec in expired}
         for ev in evs:
             st.ev(ev).timeouts += 1
@@ -533,87 +712,95 @@ class Connection:
 
     # ------------------------------------------------------------------ receiver
 
-    def _on_data(self, pkt: DataPacket, now: float) -> None:
+    def _on_data(
+        self, psn: int, msg_id: int, idx: int, count: int, msg_len: int, ts: int, ev: int, payload: bytes,
+        now: float,
+    ) -> None:
+        """One DATA packet whose header decoded and whose CRC matched."""
         st = self.stats
-        plen = len(pkt.payload)
+        plen = len(payload)
         if plen > self._payload:
             st.drop("oversize")
             return
-        ref = self._rcv_nxt
-        seq = ref + psn_diff(pkt.psn, (self.initial_psn + ref) & PSN_MASK)
-        if seq < self._rcv_nxt or seq in self._rcv_ooo:
+        nxt = self._rcv_nxt
+        d = (psn - self.initial_psn - nxt) & PSN_MASK
+        seq = nxt + (d - _FULL if d >= _HALF else d)
+        ooo = self._rcv_ooo
+        if seq < nxt or seq in ooo:
             st.duplicates += 1
-            self._queue_ack(seq, pkt, now)
+            self._queue_ack(seq, ts, ev, now)
             return
-        if self._gobackn and seq != self._rcv_nxt:
+        if self._gobackn and seq != nxt:
             st.drop("out_of_order")
-            if self._nak_sent_for != self._rcv_nxt:
+            if self._nak_sent_for != nxt:
                 # RoCE-style: one NAK per sequence error, then silence until the expected PSN arrives.
-                self._nak_sent_for = self._rcv_nxt
-                self._out_acks.append(self._build_ack(seq, pkt.timestamp, pkt.ev, 0, FLAG_NAK))
+                self._nak_sent_for = nxt
+                self._out_acks.append(self._build_ack(seq, ts, ev, 0, FLAG_NAK))
             return
         if seq - self._rcv_base >= self._window_psns:
             st.drop("beyond_window")
             # Tell the sender where the window really ends (it may be probing a closed window).
-            self._out_acks.append(self._build_ack(seq, pkt.timestamp, pkt.ev, 0))
+            self._out_acks.append(self._build_ack(seq, ts, ev, 0))
             return
-        msg = self._msg_head + _msg_diff(pkt.msg_id, self._msg_head & MSG_ID_MASK)
-        if msg < self._msg_head or msg in self._delivered_above or msg in self._completed:
+        head = self._msg_head
+        d = (msg_id - head) & MSG_ID_MASK
+        msg = head + (d - _FULL if d >= _HALF else d)
+        if msg < head or msg in self._delivered_above or msg in self._completed:
             st.drop("inconsistent")
             return
-        if msg - self._msg_head >= self.config.max_reassembly_messages:
+        if msg - head >= self.config.max_reassembly_messages:
             st.drop("over_message_cap")
             return
-        first_seq = seq - pkt.frag_index
+        first_seq = seq - idx
         r = self._reasm.get(msg)
-        idx, count = pkt.frag_index, pkt.frag_count
         last = count - 1
         if r is None:
-            if pkt.msg_len > self.max_message_size or count > self._window_psns:
+            if msg_len > self._max_message or count > self._window_psns:
                 st.drop("oversize")
                 return
             frag_size = 0
             if idx < last:
                 frag_size = plen
             elif count > 1:
-                rest = pkt.msg_len - plen
+                rest = msg_len - plen
                 if rest % last:
                     st.drop("inconsistent")
                     return
                 frag_size = rest // last
-            if not self._fragment_fits(frag_size, count, pkt.msg_len, idx, plen):
+            if not self._fragment_fits(frag_size, count, msg_len, idx, plen):
                 st.drop("inconsistent")
                 return
-            r = _Reassembly(first_seq, count, pkt.msg_len, frag_size, [None] * count)
+            r = _Reassembly(first_seq, count, msg_len, frag_size)
             new_msg = True
         else:
             if (
                 r.frag_count != count
-                or r.msg_len != pkt.msg_len
+                or r.msg_len != msg_len
                 or r.first_seq != first_seq
                 or r.frags[idx] is not None
             ):
                 st.drop("inconsistent")
                 return
-            if r.frag_size == 0 and idx < last:
-                r.frag_size = plen
-            if not self._fragment_fits(r.frag_size, count, pkt.msg_len, idx, plen):
+            # Every fragment but the last carries frag_size bytes, the last last_size (both fixed
+            # when the message's first fragment was accepted), so a completed message is exact.
+            if plen != (r.frag_size if idx < last else r.last_size):
                 st.drop("inconsistent")
                 return
             new_msg = False
-        if st.reassembly_bytes + plen > self.config.max_reassembly_bytes:
+        reasm_bytes = st.reassembly_bytes + plen
+        if reasm_bytes > self.config.max_reassembly_bytes:
             st.drop("over_byte_cap")
             return
 
         # Accepted: from here on the packet is part of the connection's state.
         if new_msg:
             self._reasm[msg] = r
-        r.frags[idx] = pkt.payload
+        r.frags[idx] = payload
         r.received += 1
         r.nbytes += plen
-        st.reassembly_bytes += plen
-        if st.reassembly_bytes > st.peak_reassembly_bytes:
-            st.peak_reassembly_bytes = st.reassembly_bytes
+        st.reassembly_bytes = reasm_bytes
+        if reasm_bytes > st.peak_reassembly_bytes:
+            st.peak_reassembly_bytes = reasm_bytes
         held = len(self._reasm) + len(self._completed)
         if held > st.peak_reassembly_messages:
             st.peak_reassembly_messages = held
@@ -623,14 +810,37 @@ class Connection:
             st.reorder_distance.append(self._rcv_highest - seq)
         else:
             self._rcv_highest = seq
-        if seq == self._rcv_nxt:
-            self._advance(seq, idx, count)
+        if seq == nxt:
+            # rcv_nxt moves past seq and any consecutive out-of-order PSNs after it.
+            s, i, c = seq, idx, count
+            while True:
+                self._rcv_base = s + 1 if i == c - 1 else s - i
+                s += 1
+                if not ooo:
+                    break
+                nx = ooo.pop(s, None)
+                if nx is None:
+                    break
+                i, c = nx
+            self._rcv_nxt = s
         else:
-            self._rcv_ooo[seq] = (idx, count)
-        if r.received == r.frag_count:
+            ooo[seq] = (idx, count)
+        if r.received == count:
             del self._reasm[msg]
             self._complete(msg, r, now)
-        self._queue_ack(seq, pkt, now)
+        # Inlined _queue_ack() for the common case.
+        if self._ack_delay <= 0:
+            self._out_acks.append(self._build_ack(seq, ts, ev, 0))
+            return
+        self._ack_pending += 1
+        self._ack_seq = seq
+        self._ack_ts = ts
+        self._ack_ev = ev
+        self._ack_arrival = now
+        if self._ack_deadline is None:
+            self._ack_deadline = now + self._ack_delay
+        if self._ack_pending >= self._ack_batch:
+            self._flush_ack(now)
 
     @staticmethod
     def _fragment_fits(frag_size: int, count: int, msg_len: int, idx: int, plen: int) -> bool:
@@ -644,18 +854,6 @@ class Connection:
         if not 0 < last_size <= frag_size:
             return False
         return plen == (frag_size if idx < count - 1 else last_size)
-
-    def _advance(self, seq: int, idx: int, count: int) -> None:
-        """rcv_nxt moves past ``seq`` and any consecutive out-of-order PSNs after it."""
-        ooo = self._rcv_ooo
-        while True:
-            self._rcv_base = seq + 1 if idx == count - 1 else seq - idx
-            seq += 1
-            nxt = ooo.pop(seq, None)
-            if nxt is None:
-                break
-            idx, count = nxt
-        self._rcv_nxt = seq
 
     def _complete(self, msg: int, r: _Reassembly, now: float) -> None:
         data = b"".join(r.frags)  # type: ignore[arg-type]
@@ -682,24 +880,27 @@ class Connection:
         st.goodput.add(now, len(data))
         self._events.append(MessageReceived(msg & MSG_ID_MASK, data))
 
-    def _queue_ack(self, seq: int, pkt: DataPacket, now: float) -> None:
-        if self.config.ack_delay <= 0:
-            self._out_acks.append(self._build_ack(seq, pkt.timestamp, pkt.ev, 0))
+    def _queue_ack(self, seq: int, ts: int, ev: int, now: float) -> None:
+        if self._ack_delay <= 0:
+            self._out_acks.append(self._build_ack(seq, ts, ev, 0))
             return
         self._ack_pending += 1
-        self._ack_trigger = (seq, pkt.timestamp, pkt.ev, now)
+        self._ack_seq = seq
+        self._ack_ts = ts
+        self._ack_ev = ev
+        self._ack_arrival = now
         if self._ack_deadline is None:
-            self._ack_deadline = now + self.config.ack_delay
-        if self._ack_pending >= self.config.ack_batch:
+            self._ack_deadline = now + self._ack_delay
+        if self._ack_pending >= self._ack_batch:
             self._flush_ack(now)
 
     def _flush_ack(self, now: float) -> None:
-        if self._ack_trigger is not None:
-            seq, ts, ev, arrival = self._ack_trigger
-            self._out_acks.append(self._build_ack(seq, ts, ev, round((now - arrival) * 1e6)))
+        if self._ack_pending:
+            self._out_acks.append(
+                self._build_ack(self._ack_seq, self._ack_ts, self._ack_ev, round((now - self._ack_arrival) * 1e6))
+            )
         self._ack_pending = 0
         self._ack_deadline = None
-        self._ack_trigger = None
 
     def _build_ack(self, seq: int, echo_ts: int, ev: int, delay_us: int, flags: int = 0) -> tuple[bytes, int]:
         nxt = self._rcv_nxt
@@ -707,21 +908,30 @@ class Connection:
         bitmap = 0
         ooo = self._rcv_ooo
         if ooo:
-            for i in range(SACK_BITS):
-                if base + i in ooo:
-                    bitmap |= 1 << i
-        rwnd = max(0, self._window_psns - (nxt - self._rcv_base))
-        ack = AckPacket(
-            self.connection_id,
-            (self.initial_psn + nxt) & PSN_MASK,
-            (self.initial_psn + base) & PSN_MASK,
-            bitmap,
-            (self.initial_psn + seq) & PSN_MASK,
-            echo_ts,
-            ev,
-            min(rwnd, 0xFFFFFFFF),
-            min(max(delay_us, 0), 0xFFFFFFFF),
-            flags,
+            if len(ooo) <= SACK_BITS:
+                # Few PSNs held out of order: test each against the bitmap's range.
+                for s in ooo:
+                    i = s - base
+                    if 0 <= i < SACK_BITS:
+                        bitmap |= 1 << i
+            else:
+                for i in range(SACK_BITS):
+                    if base + i in ooo:
+                        bitmap |= 1 << i
+        rwnd = self._window_psns - (nxt - self._rcv_base)
+        ipsn = self.initial_psn
+        head = _pack_ack_head(
+            MAGIC, VERSION, TYPE_ACK, flags, ev, self.connection_id, (ipsn + nxt) & PSN_MASK,
+            (ipsn + base) & PSN_MASK, bitmap, (ipsn + seq) & PSN_MASK, echo_ts,
+            min(max(delay_us, 0), 0xFFFFFFFF), min(max(rwnd, 0), 0xFFFFFFFF),
         )
         self.stats.acks_sent += 1
-        return encode(ack), ev % self.config.num_evs
+        return head + _pack_crc(_crc32(head)), ev % self._num_evs
+
+
+def _ack_fields(ack: AckPacket) -> tuple:
+    """An AckPacket as the tuple wire.ACK_STRUCT unpacks (the CRC, already checked, as 0)."""
+    return (
+        MAGIC, VERSION, TYPE_ACK, ack.flags, ack.ev, ack.conn_id, ack.cum_psn, ack.sack_base, ack.sack_bitmap,
+        ack.ack_psn, ack.echo_ts, ack.ack_delay, ack.rwnd, 0,
+    )

@@ -47,8 +47,9 @@ SOCKET_BUFFER_BYTES = 4 << 20
 # At most this many datagrams are read from one socket per loop turn, so that ACKs and new data are
 # sent between bursts instead of after an arbitrarily long drain.
 RECV_BATCH = 256
-# Timers closer than this are waited for by polling, not sleeping (see _Loop._run_loop).
-SPIN_BELOW = 0.001
+# Timers closer than this are waited for by polling, not sleeping (see _Loop._run_loop): a sleep
+# and its wake-up cost tens of microseconds, more than such a gap.
+SPIN_BELOW = 0.00005
 # Sequence-number prefix of generated messages: lets receivers verify content and lets request /
 # response workloads match a response to its request in unordered delivery.
 SEQ_LEN = 8
@@ -264,11 +265,24 @@ class _Poller:
         else:  # pragma: no cover - not Linux
             self._ep = select.poll()
             self._ms = True
+        self._fds: list[int] = []
+        self._select_ok = True
 
     def register(self, fd: int) -> None:
         self._ep.register(fd, select.POLLIN)
+        self._fds.append(fd)
+        # select() only takes descriptors below FD_SETSIZE (1024 on Linux).
+        self._select_ok = self._select_ok and fd < 1024
 
     def poll(self, timeout: float | None) -> list[tuple[int, int]]:
+        if timeout is not None and 0 < timeout < 0.001:
+            if not self._select_ok:
+                return self._ep.poll(0)  # the caller comes straight back: a spin, not a sleep
+            # epoll and poll round timeouts up to whole milliseconds, far longer than an ACK delay
+            # or a pacing gap; select() sleeps with microsecond resolution (and costs more per
+            # call, which only matters when it sleeps anyway).
+            readable = select.select(self._fds, [], [], timeout)[0]
+            return [(fd, select.POLLIN) for fd in readable]
         if self._ms:  # pragma: no cover
             return self._ep.poll(None if timeout is None else timeout * 1000.0)
         return self._ep.poll(-1 if timeout is None else timeout)
@@ -374,8 +388,8 @@ class _Loop:
                         wake = self._next_progress
                 timeout = None if wake is None else wake - now
                 if timeout is not None and timeout < SPIN_BELOW:
-                    # epoll sleeps in whole milliseconds, far longer than a pacing gap: poll
-                    # without blocking and come straight back instead.
+                    # Too close to be worth sleeping for: poll without blocking and come
+                    # straight back instead.
                     timeout = 0.0
                 ready = poll(timeout)
                 if not ready:

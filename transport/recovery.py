@@ -9,10 +9,16 @@ packets sprayed over paths of different delay are not declared lost just for arr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class SentPacket:
-    """One PSN the sender has transmitted at least once and not yet seen acknowledged."""
+    """One PSN the sender has transmitted at least once and not yet seen acknowledged.
+
+    The latest transmission is kept in plain fields (``ts``, ``ev``, ``sent_time``, ``tx_order``);
+    the list of every transmission (``tx``) is only built once the PSN is retransmitted, so the
+    common, single-transmission case allocates one object per packet.
+    """
 
     __slots__ = (
         "ev",
@@ -20,18 +26,27 @@ class SentPacket:
         "frag_index",
         "lost",
         "lost_time",
+        "msg",
         "msg_id",
         "msg_len",
         "payload",
         "sent_time",
         "seq",
         "spurious",
+        "ts",
         "tx",
         "tx_order",
     )
 
     def __init__(
-        self, seq: int, msg_id: int, frag_index: int, frag_count: int, msg_len: int, payload: bytes
+        self,
+        seq: int,
+        msg_id: int,
+        frag_index: int,
+        frag_count: int,
+        msg_len: int,
+        payload: bytes,
+        msg: Any = None,
     ) -> None:
         self.seq = seq  # unbounded sequence number; the PSN on the wire is (initial + seq) mod 2^32
         self.msg_id = msg_id
@@ -39,16 +54,23 @@ class SentPacket:
         self.frag_count = frag_count
         self.msg_len = msg_len
         self.payload = payload
+        self.msg = msg  # the sender's record of the message (completion accounting)
         self.sent_time = 0.0  # of the latest transmission
         self.ev = 0  # of the latest transmission
+        self.ts = 0  # wire timestamp of the latest transmission
         self.tx_order = 0  # transmission counter of the latest transmission (orders sends made at one instant)
-        self.tx: list[tuple[int, int, float]] = []  # every transmission: (wire timestamp, ev, time)
+        # Every transmission as (wire timestamp, ev, time), oldest first; None while there was one.
+        self.tx: list[tuple[int, int, float]] | None = None
         self.lost = False
         self.lost_time: float | None = None  # when first declared lost
         self.spurious = False
 
+    def transmissions(self) -> list[tuple[int, int, float]]:
+        """Every transmission as (wire timestamp, ev, time), oldest first."""
+        return self.tx if self.tx is not None else [(self.ts, self.ev, self.sent_time)]
 
-@dataclass
+
+@dataclass(slots=True)
 class RttEstimator:
     """Smoothed RTT and its variation (RFC 6298 gains)."""
 

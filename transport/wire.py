@@ -77,6 +77,14 @@ _ACK = struct.Struct("!" + "".join(code for _, code, _ in ACK_FIELDS))
 _DATA_NOCRC = struct.Struct(_DATA.format[:-1])
 _ACK_NOCRC = struct.Struct(_ACK.format[:-1])
 
+# Public handles on the precompiled structs for the connection's hot path, which packs and parses
+# headers directly instead of going through DataPacket / AckPacket objects.
+DATA_STRUCT = _DATA
+DATA_NOCRC_STRUCT = _DATA_NOCRC
+ACK_STRUCT = _ACK
+ACK_NOCRC_STRUCT = _ACK_NOCRC
+CRC_STRUCT = struct.Struct("!I")
+
 COMMON_LEN = _COMMON.size
 DATA_HEADER_LEN = _DATA.size
 ACK_LEN = _ACK.size
