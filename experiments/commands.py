@@ -1,59 +1,198 @@
-"""Subcommands of the experiments layer. For now: `demo`, the path-spread probe in each routing mode."""
+"""Subcommands of the experiments layer: `run`, `list`, `report` and `demo` (ecmp-vs-spray on the
+default fabric)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
+from pathlib import Path
+from typing import Any
 
 from emulator.errors import EmulatorError
-from topologies import DEFAULT_SPEC, SpecError
+from experiments.model import Arm, Experiment
+from experiments.runner import Reporter
+from topologies import SpecError
 
-USER_ERRORS = (EmulatorError, SpecError)
+USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError)
 
-# (mode, entropy): what each routing mode does to one flow and to a sender that rotates its source port.
-DEMO_CASES = (
-    ("ecmp", "fixed"),
-    ("ecmp", "rotate"),
-    ("spray", "fixed"),
-    ("spray", "rotate"),
-    ("single", "rotate"),
-)
+DEMO_EXPERIMENT = "ecmp-vs-spray"
+
+
+class ExperimentNotFound(LookupError):
+    pass
+
+
+USER_ERRORS = (*USER_ERRORS, ExperimentNotFound)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from experiments.catalogue import CATALOGUE
+
+    names = ", ".join(CATALOGUE)
     p = sub.add_parser(
-        "demo", help="bring up the default leaf-spine and run the path-spread probe in each routing mode",
-        description="Bring up a leaf-spine fabric once and, switching the controller's routing mode live, "
-        "send UDP packets between hosts on different leaves with a fixed and a rotating source port; "
-        "print how many packets crossed each spine.")
-    p.add_argument("--topo", default=DEFAULT_SPEC, metavar="SPEC", help="fabric (default: %(default)s)")
-    p.add_argument("--packets", type=int, default=4000, help="packets per probe (default: %(default)s)")
-    p.set_defaults(func=cmd_demo)
+        "run", help="run an experiment: every arm on a fresh fabric, then a comparison table and plots",
+        description="Run a named experiment. Every arm (routing mode + transport settings, or iperf3 TCP) "
+        "runs on a freshly brought-up fabric with the same seed; results go to "
+        "results/NAME/<timestamp>/ (results.json, summary.md, PNG plots). Ctrl-C tears the network "
+        f"down and keeps the finished arms. Experiments: {names}.")
+    p.add_argument("name", metavar="NAME", help="experiment name (see `fabriclab list`)")
+    _common(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("list", help="list the experiments", description="List the experiments with their "
+                       "default fabric, duration and arms.")
+    p.add_argument("--json", action="store_true", help="as JSON")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("report", help="re-render a results directory (table, summary.md, plots)",
+                       description="Re-render summary.md and the plots of a stored run from its results.json, "
+                       "and print its table.")
+    p.add_argument("dir", metavar="DIR", help="results directory (results/NAME/<timestamp>) or its results.json")
+    p.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "demo", help=f"run `{DEMO_EXPERIMENT}` on its default fabric and print its table and plots",
+        description=f"Run the {DEMO_EXPERIMENT} experiment (permutation traffic: one entropy value per flow over "
+        "ECMP vs spraying vs TCP) and print the comparison table, the balls-in-bins expectation and the "
+        "paths of the plots.")
+    _common(p)
+    p.set_defaults(func=cmd_demo, name=DEMO_EXPERIMENT)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topo", metavar="SPEC", default=None, help="fabric (default: the experiment's own)")
+    p.add_argument("--duration", type=_positive, default=None, metavar="S",
+                   help="seconds of traffic per arm (fault times scale with it)")
+    p.add_argument("--seed", type=int, default=None, metavar="N", help="seed (default: the experiment's)")
+    p.add_argument("--repetitions", type=int, default=None, metavar="N", help="run every arm N times")
+    p.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",
+                   help="results root (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print results.json to stdout")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0 seconds")
+    return v
+
+
+class RichReporter(Reporter):
+    """A rich progress bar on stderr: one task for the whole run, advanced per arm and within it."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                                 TimeElapsedColumn(), console=self.console, transient=False)
+        self.task: Any = None
+        self.index = 0
+        self.name = ""
+
+    def run_started(self, exp: Experiment, total_arms: int) -> None:
+        self.progress.start()
+        self.task = self.progress.add_task(exp.name, total=total_arms)
+
+    def arm_started(self, index: int, arm: Arm, expected_s: float) -> None:
+        self.index, self.name = index, arm.name
+        self.progress.update(self.task, completed=index, description=f"{arm.name}: bringing the fabric up")
+
+    def arm_progress(self, fraction: float, note: str = "") -> None:
+        self.progress.update(self.task, completed=self.index + fraction,
+                             description=f"{self.name}: {note or 'traffic'}")
+
+    def arm_finished(self, index: int, arm: Arm, result: dict[str, Any]) -> None:
+        self.progress.update(self.task, completed=index + 1, description=f"{arm.name}: done")
+        if result.get("error"):
+            self.console.print(f"[red]{arm.name} failed:[/red] {result['error']}")
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+def _run(args: argparse.Namespace) -> int:
+    from emulator.cli import _on_sigterm
+    from experiments import catalogue, driver, report
+
+    if args.name not in catalogue.CATALOGUE:
+        raise ExperimentNotFound(f"no experiment '{args.name}'; choose one of {', '.join(catalogue.CATALOGUE)} "
+                                 "(see `fabriclab list`)")
+    exp, topo = driver.prepare(args.name, args.topo, args.duration, args.seed, args.repetitions)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    reporter = None if args.no_progress else RichReporter()
+    try:
+        rendered = driver.execute(exp, topo, args.out, reporter)
+    finally:
+        if isinstance(reporter, RichReporter):
+            reporter.close()
+    doc = rendered.doc
+    if args.json:
+        print(json.dumps(doc, indent=1, default=str))
+        return 0 if doc["complete"] else 130
+    print(f"\n{doc['experiment']} on {topo.name} ({exp.topology}), seed {doc['seed']}:\n")
+    print(report.text_table(doc))
+    print()
+    for s in rendered.sentences:
+        print(s)
+    for s in report.fidelity_sentences(doc):
+        print(s.replace("**", ""))
+    print(f"\nresults: {rendered.out_dir / 'results.json'}\nsummary: {rendered.summary}")
+    for p in rendered.plots:
+        print(f"plot:    {rendered.out_dir / p}")
+    if not doc["complete"]:
+        print("run interrupted: finished arms kept, marked incomplete", file=sys.stderr)
+        return 130
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    return _run(args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from emulator.cli import _on_sigterm, format_probe_table
-    from emulator.network import Fabric, _Terminated
-    from emulator.probe import run_probe
-    from topologies import parse_spec
+    return _run(args)
 
-    topo = parse_spec(args.topo)
-    hosts = topo.hosts
-    src, dst = hosts[0].name, hosts[-1].name
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    results = []
-    try:
-        with Fabric(topo, mode="ecmp") as fab:
-            print(f"fabric {topo.name} up in {fab.timings.bring_up_s:.1f} s ({fab.datapath} datapath); "
-                  f"probing {src} -> {dst} with {args.packets} packets per case", file=sys.stderr)
-            for mode, entropy in DEMO_CASES:
-                if fab.mode != mode:
-                    fab.set_mode(mode)
-                print(f"  {mode} / {entropy} ...", file=sys.stderr, flush=True)
-                results.append(run_probe(fab, src, dst, packets=args.packets, entropy=entropy, rate_pps=4000))
-    except (KeyboardInterrupt, _Terminated):
-        print("interrupted; fabric torn down", file=sys.stderr)
-        return 130
-    print(format_probe_table(results))
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from experiments import catalogue
+
+    rows = []
+    for name, entry in catalogue.CATALOGUE.items():
+        exp = entry.build()
+        rows.append({"name": name, "summary": entry.summary, "topology": exp.topology,
+                     "duration_s": exp.duration_s, "arms": [a.name for a in exp.arms]})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    for r in rows:
+        print(f"{r['name']:<14} {r['summary']}")
+        print(f"{'':<14} fabric {r['topology']}, {r['duration_s']:g} s per arm; arms: {', '.join(r['arms'])}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from experiments import driver, report
+
+    rendered = driver.rerender(Path(args.dir))
+    if args.json:
+        print(json.dumps(rendered.doc, indent=1, default=str))
+        return 0
+    print(report.text_table(rendered.doc))
+    print()
+    for s in rendered.sentences:
+        print(s)
+    for s in report.fidelity_sentences(rendered.doc):
+        print(s.replace("**", ""))
+    print(f"\nsummary: {rendered.summary}")
+    for p in rendered.plots:
+        print(f"plot:    {rendered.out_dir / p}")
     return 0

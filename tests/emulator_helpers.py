@@ -7,7 +7,6 @@ import subprocess
 
 from emulator.state import STATE_DIR, marked_bridges, our_nft_tables
 
-
 # Node names the builders generate; other Mininet networks on the machine are not ours to report.
 OUR_NODE = re.compile(r"^(spine|leaf|h|nv|tor|s\d+g)\d+$")
 

@@ -1,0 +1,120 @@
+"""From an experiment name to a results directory: run the arms, build results.json, analyse, write
+summary.md and the plots; and re-render a stored results.json (`fabriclab report`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments import analysis, catalogue, plots, report, results
+from experiments.model import Experiment
+from experiments.runner import Reporter, RunOutcome, run_experiment
+from topologies import Topology, parse_spec
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OUT = Path("results")
+
+
+@dataclass
+class Rendered:
+    doc: dict[str, Any]
+    out_dir: Path
+    summary: Path
+    plots: list[str]
+    sentences: list[str]
+
+
+def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> dict[str, Any]:
+    """results.json as a dict: arms with their metrics, then the experiment's own analysis."""
+    arms = []
+    first_flows = next(iter(outcome.flows.values()), [])
+    for arm, raw in outcome.raws:
+        flows = outcome.flows.get(arm.name, first_flows)
+        pairs = [(f.src, f.dst) for f in flows]
+        ideal = analysis.ideal_bps(topo, pairs) if arm.kind in ("srd", "tcp") and pairs else 0.0
+        arms.append(results.arm_result(arm, raw, topo, ideal, bool(outcome.bytes_per_flow.get(arm.name))))
+    doc: dict[str, Any] = {
+        "schema": results.SCHEMA_VERSION,
+        "experiment": exp.name,
+        "title": exp.title,
+        "description": exp.description,
+        "topology": {"spec": exp.topology, "name": topo.name, "params": dict(topo.params),
+                     "fabric": topo.to_dict()},
+        "seed": exp.seed,
+        "duration_s": exp.duration_s,
+        "repetitions": exp.repetitions,
+        "bytes_per_flow": next(iter(outcome.bytes_per_flow.values()), 0),
+        "flows": [{"src": f.src, "dst": f.dst} for f in first_flows],
+        "arms": arms,
+        "analysis": {},
+        "extra": dict(exp.extra),
+        "complete": outcome.complete and len(outcome.raws) == len(exp.arms) * exp.repetitions,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(outcome.started)),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(outcome.finished)),
+        "experiment_definition": exp.to_dict(),
+    }
+    analyse(doc, topo)
+    return doc
+
+
+def analyse(doc: dict[str, Any], topo: Topology) -> None:
+    entry = catalogue.CATALOGUE.get(doc["experiment"])
+    if entry is not None:
+        try:
+            doc["analysis"] = entry.analyse(doc, topo)
+        except Exception as exc:  # keep the measurements even if an analysis step breaks
+            log.exception("analysis of %s failed", doc["experiment"])
+            doc["analysis"] = {"error": f"{type(exc).__name__}: {exc}"}
+    doc["fidelity"] = results.worst_fidelity(doc["arms"])
+
+
+def sentences_for(doc: dict[str, Any]) -> list[str]:
+    entry = catalogue.CATALOGUE.get(doc["experiment"])
+    if entry is None or "error" in doc.get("analysis", {}):
+        return []
+    try:
+        return entry.sentences(doc)
+    except Exception as exc:
+        log.warning("summary sentences for %s failed: %s", doc["experiment"], exc)
+        return []
+
+
+def render(doc: dict[str, Any], out_dir: Path) -> Rendered:
+    """Write results.json, the plots and summary.md into out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results.save(doc, out_dir)
+    written = plots.render_all(doc, out_dir)
+    sentences = sentences_for(doc)
+    summary = report.write_summary(doc, sentences, written, out_dir)
+    return Rendered(doc, out_dir, summary, written, sentences)
+
+
+def rerender(path: Path) -> Rendered:
+    """`fabriclab report DIR`: the table, sentences and plots again from a stored results.json."""
+    doc = results.load(path)
+    out_dir = Path(path) if Path(path).is_dir() else Path(path).parent
+    written = plots.render_all(doc, out_dir)
+    sentences = sentences_for(doc)
+    summary = report.write_summary(doc, sentences, written, out_dir)
+    return Rendered(doc, out_dir, summary, written, sentences)
+
+
+def prepare(name: str, topo: str | None = None, duration: float | None = None, seed: int | None = None,
+            repetitions: int | None = None) -> tuple[Experiment, Topology]:
+    entry = catalogue.get(name)
+    exp = catalogue.with_overrides(entry.build(), topology=topo, duration=duration, seed=seed,
+                                   repetitions=repetitions)
+    return exp, parse_spec(exp.topology)
+
+
+def execute(exp: Experiment, topo: Topology, out_root: Path = DEFAULT_OUT, reporter: Reporter | None = None,
+            out_dir: Path | None = None) -> Rendered:
+    out_dir = out_dir or out_root / exp.name / time.strftime("%Y%m%d-%H%M%S")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    outcome = run_experiment(exp, topo, out_dir, reporter)
+    doc = build_document(exp, topo, outcome)
+    return render(doc, out_dir)

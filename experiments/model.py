@@ -1,0 +1,121 @@
+"""Experiments as plain data: a topology, the arms to compare, the workload, faults, duration and seed.
+
+An `Experiment` says what to run; the runner (experiments.runner) brings a fresh fabric up for each
+`Arm`, runs the workload with the arm's routing mode and transport settings, injects the faults at
+their times and collects metrics. Nothing here touches the network, so the catalogue, the CLI and the
+tests can build and inspect experiments without root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# What an arm runs as its workload's traffic.
+ARM_KINDS = ("srd", "tcp", "allreduce", "ping")
+FAULT_KINDS = ("link_down", "link_up", "loss", "rate")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Something done to the fabric `at_s` seconds after the traffic starts.
+
+    kind: link_down / link_up (a-b cut or restored), loss (value = percent, random loss on a-b),
+    rate (value = Mb/s, the link's new rate in both directions).
+    """
+
+    at_s: float
+    kind: str
+    a: str
+    b: str
+    value: float = 0.0
+
+    def describe(self) -> str:
+        what = {
+            "link_down": "cut",
+            "link_up": "restored",
+            "loss": f"{self.value:g} % loss",
+            "rate": f"rate {self.value:g} Mb/s",
+        }[self.kind]
+        return f"{self.a}-{self.b} {what} at {self.at_s:g} s"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the hosts send.
+
+    pattern "permutation": every host sends one flow to a host on another leaf (or server), a random
+    derangement drawn from the seed; "pairs": the flows listed in `pairs`; "ring": every host takes
+    part in a ring (all-reduce). `bytes_per_flow` 0 means "as much as the duration allows" (the
+    runner sizes flows from the host rate). `message_size` is the transport's message size.
+    """
+
+    pattern: str = "permutation"
+    pairs: tuple[tuple[str, str], ...] = ()
+    bytes_per_flow: int = 0
+    message_size: int = 65536
+    # Size flows to this fraction of what the host link carries in `duration` (0 = send for the duration).
+    fill: float = 0.0
+    # Request/response: messages of `message_size` answered with the same size (latency workloads).
+    request_response: bool = False
+    # For all-reduce: float32 elements per rank and iterations.
+    elements: int = 0
+    iterations: int = 0
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of a comparison: how traffic is carried, and what is done to the fabric meanwhile.
+
+    kind "srd" runs the transport (`policy`, `recovery`, `delivery`); "tcp" runs iperf3; "allreduce"
+    runs the ring all-reduce worker over the transport; "ping" measures latency with ping.
+    `mode` is the controller's routing mode. `faults` apply to this arm only; `labels` are free-form
+    values the analysis groups by (e.g. {"loss_pct": 1.0}).
+    """
+
+    name: str
+    kind: str = "srd"
+    mode: str = "ecmp"
+    policy: str = "spray"
+    recovery: str = "selective"
+    delivery: str = "unordered"
+    faults: tuple[Fault, ...] = ()
+    labels: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # Extra options for the transport's sender (e.g. ("--cc", "fixed", "--window", "32")).
+    options: tuple[str, ...] = ()
+    # This arm's own workload, when it differs from the experiment's (e.g. ping vs all-reduce).
+    workload: Workload | None = None
+
+    def describe(self) -> str:
+        if self.kind == "tcp":
+            how = f"iperf3 TCP over {self.mode}"
+        elif self.kind == "ping":
+            how = f"ping over {self.mode}"
+        elif self.kind == "allreduce":
+            how = f"ring all-reduce, {self.policy} over {self.mode}"
+        else:
+            how = f"transport {self.policy}/{self.recovery}/{self.delivery} over {self.mode}"
+        if self.faults:
+            how += "; " + ", ".join(f.describe() for f in self.faults)
+        return how
+
+
+@dataclass
+class Experiment:
+    """A named comparison. `extra` carries experiment-specific settings the analysis reads."""
+
+    name: str
+    title: str
+    description: str
+    topology: str
+    arms: list[Arm]
+    workload: Workload = field(default_factory=Workload)
+    duration_s: float = 8.0
+    seed: int = 1
+    repetitions: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["arms"] = [asdict(a) for a in self.arms]
+        return d

@@ -1,0 +1,191 @@
+"""PNG plots of a results document (matplotlib, Agg backend): link utilisation heatmaps, completion-time
+CDFs, goodput vs loss, reorder-distance histograms, per-path share and goodput over time.
+
+Each function returns the file names it wrote (relative to the output directory); a plot that has
+no data in this experiment is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def _ok(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [a for a in doc["arms"] if not a.get("error")]
+
+
+def _save(fig: Any, out_dir: Path, name: str) -> str:
+    fig.tight_layout()
+    fig.savefig(out_dir / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
+def utilisation_heatmaps(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    arms = [a for a in _ok(doc) if a.get("link_series", {}).get("fabric")]
+    if not arms:
+        return []
+    fig, axes = plt.subplots(len(arms), 1, figsize=(9, 1.2 + 0.28 * len(arms[0]["link_series"]["fabric"]) * len(arms)),
+                             squeeze=False)
+    for ax, a in zip(axes[:, 0], arms, strict=True):
+        ls = a["link_series"]
+        names = ls["fabric"]
+        data = np.array([ls["util"][n] for n in names])
+        t = ls["t"]
+        extent = (t[0], t[-1] if len(t) > 1 else t[0] + 0.5, len(names) - 0.5, -0.5)
+        im = ax.imshow(data, aspect="auto", cmap="viridis", vmin=0, vmax=1.0, extent=extent, interpolation="nearest")
+        ax.set_yticks(range(len(names)), names, fontsize=7)
+        ax.set_title(f"{a['name']}: fabric link utilisation", fontsize=9)
+        ax.set_xlabel("time since traffic start (s)", fontsize=8)
+        fig.colorbar(im, ax=ax, fraction=0.03, pad=0.01)
+    return [_save(fig, out_dir, "link_utilisation.png")]
+
+
+def completion_cdfs(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    drawn = False
+    for a in _ok(doc):
+        vals = sorted(f["duration_s"] for f in a["flows"] if f.get("duration_s"))
+        if a.get("completion_kind") == "message":
+            vals = sorted(f["message_p50_s"] for f in a["flows"] if f.get("message_p50_s"))
+        if not vals:
+            continue
+        y = np.arange(1, len(vals) + 1) / len(vals)
+        ax.step(vals, y, where="post", label=a["name"])
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return []
+    kind = "flow" if any(a.get("completion_kind") == "flow" for a in _ok(doc)) else "message (per-flow median)"
+    ax.set_xlabel(f"{kind} completion time (s)")
+    ax.set_ylabel("CDF")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{doc['experiment']}: completion times", fontsize=10)
+    return [_save(fig, out_dir, "completion_cdf.png")]
+
+
+def goodput_vs_loss(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for a in _ok(doc):
+        loss = a.get("labels", {}).get("loss_pct")
+        if loss is None:
+            continue
+        key = a["labels"].get("recovery") or a["name"].split("@")[0]
+        groups.setdefault(key, []).append((loss, a["goodput_bps"] / 1e6))
+    if not groups or all(len(v) < 2 for v in groups.values()):
+        return []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, pts in sorted(groups.items()):
+        pts.sort()
+        xs = [max(p[0], 0.01) for p in pts]
+        ax.plot(xs, [p[1] for p in pts], marker="o", label=key)
+    ax.set_xscale("log")
+    ax.set_xlabel("random loss on the fabric link (%; 0 shown at 0.01)")
+    ax.set_ylabel("goodput (Mb/s)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title(f"{doc['experiment']}: goodput vs loss", fontsize=10)
+    return [_save(fig, out_dir, "goodput_vs_loss.png")]
+
+
+def reorder_histograms(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    arms = [a for a in _ok(doc) if (a.get("reorder") or {}).get("distance_histogram")]
+    if not arms:
+        return []
+    labels: list[str] = []
+    for a in arms:
+        for k in a["reorder"]["distance_histogram"]:
+            if k not in labels:
+                labels.append(k)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / len(arms)
+    x = np.arange(len(labels))
+    for i, a in enumerate(arms):
+        h = a["reorder"]["distance_histogram"]
+        ax.bar(x + i * width, [h.get(k, 0) for k in labels], width, label=a["name"])
+    ax.set_xticks(x + width * (len(arms) - 1) / 2, labels, fontsize=8)
+    ax.set_xlabel("reorder distance (packets)")
+    ax.set_ylabel("packets")
+    ax.set_yscale("symlog")
+    ax.legend(fontsize=8)
+    ax.set_title(f"{doc['experiment']}: reorder distance", fontsize=10)
+    return [_save(fig, out_dir, "reorder_distance.png")]
+
+
+def path_share(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    arms = [a for a in _ok(doc) if a.get("path_share")]
+    if not arms:
+        # Any leaf-spine run: the first leaf's uplink share from its link series.
+        from experiments.catalogue import path_share as share_of
+
+        arms = []
+        for a in _ok(doc):
+            ps = share_of(a, "leaf1")
+            if ps:
+                arms.append({**a, "path_share": ps})
+    if not arms:
+        return []
+    fig, axes = plt.subplots(len(arms), 1, figsize=(8, 1.8 * len(arms) + 0.6), squeeze=False, sharex=True)
+    for ax, a in zip(axes[:, 0], arms, strict=True):
+        ps = a["path_share"]
+        names = list(ps["share"])
+        ax.stackplot(ps["t"], *[ps["share"][n] for n in names], labels=names)
+        for f in a.get("faults") or []:
+            if f.get("at_s"):
+                ax.axvline(f["at_s"], color="k", ls="--", lw=0.8)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("share", fontsize=8)
+        ax.set_title(f"{a['name']}: share of leaf1's uplink bytes per spine", fontsize=9)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1, 0].set_xlabel("time since traffic start (s)")
+    return [_save(fig, out_dir, "path_share.png")]
+
+
+def goodput_over_time(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    arms = [a for a in _ok(doc) if any(a.get("goodput_series", {}).get("bps", []))]
+    if not arms:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for a in arms:
+        gs = a["goodput_series"]
+        y = np.asarray(gs["bps"]) / 1e6
+        k = 3
+        ys = np.convolve(y, np.ones(k) / k, mode="same")
+        ax.plot(np.arange(len(y)) * gs["bin_s"], ys, label=a["name"], lw=1)
+        for f in a.get("faults") or []:
+            if f.get("at_s"):
+                ax.axvline(f["at_s"], color="k", ls="--", lw=0.8)
+    ideal = max((a.get("ideal_bps") or 0) for a in arms) / 1e6
+    if ideal:
+        ax.axhline(ideal, color="grey", ls=":", lw=1, label="ideal")
+    ax.set_xlabel("time since traffic start (s)")
+    ax.set_ylabel("aggregate goodput (Mb/s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{doc['experiment']}: goodput over time", fontsize=10)
+    return [_save(fig, out_dir, "goodput_over_time.png")]
+
+
+PLOTS = (utilisation_heatmaps, completion_cdfs, goodput_vs_loss, reorder_histograms, path_share, goodput_over_time)
+
+
+def render_all(doc: dict[str, Any], out_dir: Path) -> list[str]:
+    written = []
+    for fn in PLOTS:
+        try:
+            written += fn(doc, out_dir)
+        except Exception as exc:  # one broken plot must not lose the results
+            log.warning("plot %s failed: %s", fn.__name__, exc)
+    return written

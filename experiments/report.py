@@ -1,0 +1,113 @@
+"""Rendering results: the comparison table (text for the terminal, Markdown for summary.md) and
+summary.md itself, whose sentences come from the experiment's own analysis of the numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+COLUMNS = (
+    ("arm", "name"),
+    ("goodput", "goodput_bps"),
+    ("of ideal", "goodput_fraction"),
+    ("imbalance", "link_imbalance"),
+    ("hot links", "hot_links"),
+    ("compl. p50", "completion_p50_s"),
+    ("compl. p99", "completion_p99_s"),
+    ("retx", "retransmissions"),
+    ("out of order", "reorder"),
+    ("CPU idle min", "fidelity"),
+)
+
+
+def _fmt(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key == "goodput_bps":
+        return f"{value / 1e6:.2f} Mb/s"
+    if key == "goodput_fraction":
+        return f"{value:.0%}"
+    if key == "link_imbalance":
+        return f"{value:.2f}"
+    if key == "hot_links":
+        return ", ".join(value) if value else "none"
+    if key.endswith("_s"):
+        return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.2f} s"
+    if key == "reorder":
+        return f"{value.get('out_of_order_fraction', 0):.1%}"
+    if key == "fidelity":
+        idle = value.get("cpu_idle_min")
+        mark = "" if value.get("trusted") else " (!)"
+        return ("-" if idle is None else f"{idle:.0%}") + mark
+    return str(value)
+
+
+def table_rows(doc: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for a in doc["arms"]:
+        if a.get("error"):
+            rows.append([a["name"], f"ERROR: {a['error']}"[:80]] + [""] * (len(COLUMNS) - 2))
+            continue
+        rows.append([_fmt(k, a.get(k)) for _, k in COLUMNS])
+    return rows
+
+
+def markdown_table(doc: dict[str, Any]) -> str:
+    head = [c for c, _ in COLUMNS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in table_rows(doc)]
+    return "\n".join(lines)
+
+
+def text_table(doc: dict[str, Any]) -> str:
+    head = [c for c, _ in COLUMNS]
+    rows = table_rows(doc)
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows])
+
+
+def fidelity_sentences(doc: dict[str, Any]) -> list[str]:
+    f = doc["fidelity"]
+    idle_min, idle_mean = f.get("cpu_idle_min"), f.get("cpu_idle_mean")
+    idle = ("CPU idle " + (f"min {idle_min:.0%}, mean {idle_mean:.0%}" if idle_min is not None else "not measured"))
+    head = (f"Fidelity: {idle}; switches forwarded at most {f.get('switch_pps_peak', 0) / 1e3:.1f} kpps "
+            f"(ceiling ~{f.get('ovs_ceiling_pps', 0) / 1e3:.0f} kpps); {f.get('drops_outside_queues', 0)} drops "
+            "outside the shaped queues.")
+    if f.get("trusted"):
+        return [head + " The emulator kept up: the numbers reflect the emulated fabric."]
+    out = [head + " **These numbers cannot be trusted as a model of the fabric**: the emulator itself was a "
+           "bottleneck. Run with lower link rates (e.g. `--topo` with a smaller `rate`/`host_rate`) or fewer hosts."]
+    out += [f"- {r}" for r in f.get("reasons", [])]
+    return out
+
+
+def summary_markdown(doc: dict[str, Any], sentences: list[str], plots: list[str]) -> str:
+    topo = doc["topology"]
+    lines = [
+        f"# {doc['experiment']}: {doc.get('title', '')}",
+        "",
+        doc.get("description", ""),
+        "",
+        f"Fabric `{topo.get('spec')}` ({topo.get('name')}), seed {doc['seed']}, {doc['duration_s']:g} s per arm, "
+        f"{len(doc['arms'])} arm(s), each on a freshly brought-up fabric"
+        + ("" if doc.get("complete") else " — **incomplete run** (interrupted; finished arms kept)") + ".",
+        "",
+        markdown_table(doc),
+        "",
+    ]
+    lines += sentences
+    lines += ["", *fidelity_sentences(doc)]
+    errors = [a for a in doc["arms"] if a.get("error")]
+    if errors:
+        lines += ["", "Arms that failed: " + "; ".join(f"{a['name']}: {a['error']}" for a in errors) + "."]
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    lines += ["", "Arm details:", ""] + [f"- **{a['name']}**: {a['description']}" for a in doc["arms"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(doc: dict[str, Any], sentences: list[str], plots: list[str], out_dir: Path) -> Path:
+    path = out_dir / "summary.md"
+    path.write_text(summary_markdown(doc, sentences, plots))
+    return path

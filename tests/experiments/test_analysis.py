@@ -1,0 +1,97 @@
+"""Pure parts of the experiments: balls in bins, fair shares, ideal goodput, fidelity verdicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments import analysis
+from experiments.runner import parse_qdisc_drops
+from topologies import parse_spec
+
+
+def test_balls_in_bins_exact_collision_probability():
+    assert analysis.balls_in_bins(3, 2)["prob_collision"] == pytest.approx(1.0)
+    assert analysis.balls_in_bins(2, 4)["prob_collision"] == pytest.approx(0.25)
+    b = analysis.balls_in_bins(4, 4, trials=20000, seed=3)
+    assert b["prob_collision"] == pytest.approx(1 - 24 / 256)
+    # E[max load] of 4 balls in 4 bins is 2.125 (exact); the Monte Carlo lands close.
+    assert b["expected_max_load"] == pytest.approx(2.125, abs=0.03)
+    assert b["expected_colliding"] == pytest.approx(4 - 4 * (3 / 4) ** 3)
+
+
+def test_max_min_shares_a_link_fairly():
+    caps = {("l", "a"): 10.0, ("m", "a"): 4.0}
+    rates = analysis.max_min_rates([{("l", "a"): 1.0}, {("l", "a"): 1.0, ("m", "a"): 1.0}], caps)
+    assert rates == pytest.approx([6.0, 4.0])
+
+
+def test_ideal_of_permutation_on_non_blocking_fabric_is_hosts_times_rate():
+    topo = parse_spec("leaf-spine:spines=2,leaves=2,hosts=2,rate=10")
+    pairs = analysis.derangement_across(topo, seed=5)
+    assert analysis.ideal_bps(topo, pairs) == pytest.approx(4 * 10e6)
+
+
+def test_derangement_crosses_leaves_and_is_a_permutation():
+    topo = parse_spec("leaf-spine:spines=2,leaves=3,hosts=2")
+    for seed in range(5):
+        pairs = analysis.derangement_across(topo, seed)
+        leaf = {h.name: h.labels["leaf"] for h in topo.hosts}
+        assert sorted(s for s, _ in pairs) == sorted(d for _, d in pairs) == sorted(leaf)
+        assert all(leaf[s] != leaf[d] for s, d in pairs)
+    assert analysis.derangement_across(topo, 1) == analysis.derangement_across(topo, 1)
+
+
+def test_ecmp_expectation_pigeonhole_topology_is_below_ideal():
+    topo = parse_spec("leaf-spine:spines=2,leaves=2,hosts=3,host_rate=6,fabric_rate=9")
+    pairs = analysis.derangement_across(topo, 1)
+    exp = analysis.ecmp_expectation(topo, pairs, trials=300, seed=0)
+    assert exp.ideal_bps == pytest.approx(36e6)
+    assert exp.prob_any_collision == 1.0
+    assert 0.5 < exp.expected_fraction < 0.95
+    assert exp.goodput_p10_bps <= exp.expected_goodput_bps <= exp.goodput_p90_bps
+
+
+def test_fidelity_verdicts():
+    ok = analysis.fidelity_verdict([0.6, 0.5], 10_000, 0, 100_000)
+    assert ok.trusted and not ok.reasons
+    busy = analysis.fidelity_verdict([0.6, 0.1], 10_000, 0, 100_000)
+    assert not busy.trusted and "CPU idle" in busy.reasons[0]
+    ceiling = analysis.fidelity_verdict([0.6], 85_000, 0, 100_000)
+    assert not ceiling.trusted and "ceiling" in ceiling.reasons[0]
+    drops = analysis.fidelity_verdict([0.6], 1_000, 500, 100_000)
+    assert not drops.trusted and "outside the shaped queues" in drops.reasons[0]
+
+
+def test_time_to_recover():
+    times = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    rates = [10, 10, 0, 2, 9.5, 10]
+    assert analysis.time_to_recover(times, rates, 0.15, 10) == pytest.approx(0.25)
+    assert analysis.time_to_recover(times, [10, 10, 0, 0, 0, 0], 0.15, 10) is None
+
+
+def test_link_summary_imbalance_and_hot_links():
+    topo = parse_spec("leaf-spine:spines=2,leaves=2,hosts=1,rate=10")
+
+    def sample(t, up1):
+        links = []
+        for lk in topo.links:
+            tx = up1 if lk.name == "leaf1-spine1" else 0
+            links.append({"name": lk.name, "a": lk.a, "b": lk.b, "tx_bytes": tx, "rx_bytes": 0,
+                          "tx_packets": tx // 1000, "rx_packets": 0})
+        return {"t": t, "links": links}
+
+    s = analysis.summarise_links(topo, [sample(0.0, 0), sample(1.0, int(10e6 / 8))])
+    assert s.utilisation["leaf1->spine1"] == pytest.approx(1.0)
+    assert s.link_imbalance == pytest.approx(8.0)  # one of eight fabric directions carries everything
+    assert s.hot_links == ["leaf1->spine1"]
+
+
+def test_parse_qdisc_drops():
+    text = (
+        "qdisc htb 5: dev leaf1-eth3 root refcnt 2 r2q 10 default 0x1 direct_packets_stat 0 direct_qlen 1000\n"
+        " Sent 12345 bytes 67 pkt (dropped 3, overlimits 10 requeues 0)\n"
+        " backlog 0b 0p requeues 0\n"
+        "qdisc pfifo 10: dev leaf1-eth3 parent 5:1 limit 100p\n"
+        " Sent 12345 bytes 67 pkt (dropped 3, overlimits 0 requeues 0)\n"
+    )
+    assert parse_qdisc_drops(text) == {"leaf1-eth3": {"sent_packets": 67, "dropped": 3}}

@@ -1,0 +1,134 @@
+"""results.json from synthetic raw material (no root): schema, summary rendering, report re-render."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments import catalogue, driver, report, results
+from experiments.runner import Flow, RunOutcome
+from topologies import parse_spec
+
+SPEC = "leaf-spine:spines=2,leaves=2,hosts=1,rate=10"
+
+
+def _samples(topo, t0, secs, bytes_on):
+    out = []
+    for i in range(int(secs / 0.5) + 1):
+        links = []
+        for lk in topo.links:
+            b = int(bytes_on.get(lk.name, 0) * i * 0.5)
+            links.append({"name": lk.name, "a": lk.a, "b": lk.b, "tx_bytes": b, "rx_bytes": b // 20,
+                          "tx_packets": b // 1400, "rx_packets": b // 28000, "drops": 0,
+                          "util_ab": 8 * bytes_on.get(lk.name, 0) / (lk.rate_mbps * 1e6), "util_ba": 0.0})
+        out.append({"t": t0 + i * 0.5, "links": links})
+    return out
+
+
+def _raw(topo, goodput_bps, spine):
+    t0 = 1000.0
+    rate = goodput_bps / 8
+    sender = {
+        "bytes": int(rate * 4), "goodput_bps": goodput_bps, "duration": 4.0, "completed": True,
+        "stop_reason": "completed", "connection_id": 7, "socket_drops": 0,
+        "completion_times": {"count": 10, "p50": 0.05, "p99": 0.09},
+        "connection": {"sender": {"retransmissions": 3, "spurious_retransmissions": 1, "timeouts": 0,
+                                  "loss_recovery": {"p50": 0.004}, "rtt": {"p50": 0.002}},
+                       "state": {"srtt": 0.002, "rttvar": 0.0005}},
+    }
+    receiver = {"socket_drops": 0, "connections": [{"connection_id": 7, "transport": {"receiver": {
+        "out_of_order": 40, "data_packets": 1000, "reorder_distance": {"1": 30, "2-3": 10},
+        "peak_reassembly_bytes": 5000, "goodput": {"start": t0 + 0.05, "bin": 0.05, "bps": [goodput_bps] * 80}}}}]}
+    return {
+        "t0": t0, "traffic_s": 4.0, "samples": _samples(topo, t0, 4.0, {"h1-leaf1": rate, f"leaf1-{spine}": rate}),
+        "cpu": [{"t": t0 + 2 + i * 0.5, "idle": 0.5} for i in range(4)],
+        "qdisc_before": {}, "qdisc_after": {}, "endpoints": {"send-0-h1-h2": sender, "recv-h2": receiver},
+        "faults": [], "bring_up_s": 1.0, "teardown_s": 0.5, "wall_s": 7.0,
+    }
+
+
+@pytest.fixture
+def doc():
+    exp, topo = driver.prepare("ecmp-vs-spray", topo=SPEC, duration=4)
+    arms = exp.arms[:2]
+    outcome = RunOutcome(
+        raws=[(arms[0], _raw(topo, 6e6, "spine1")), (arms[1], {"error": "RuntimeError: boom", "repetition": 0})],
+        complete=True, started=0.0, finished=10.0,
+        flows={a.name: [Flow("h1", "h2", 0)] for a in arms}, bytes_per_flow={a.name: 1 << 20 for a in arms},
+    )
+    exp.arms = arms
+    return driver.build_document(exp, topo, outcome)
+
+
+def test_document_has_the_schema(doc):
+    assert results.validate_results(doc) == []
+    arm = doc["arms"][0]
+    assert arm["goodput_bps"] == pytest.approx(6e6)
+    assert arm["ideal_bps"] == pytest.approx(10e6)
+    assert arm["retransmissions"] == 3
+    assert arm["reorder"]["out_of_order_fraction"] == pytest.approx(0.04)
+    assert arm["completion_kind"] == "flow" and arm["completion_p50_s"] == pytest.approx(4.0)
+    assert arm["fidelity"]["trusted"] and arm["fidelity"]["cpu_idle_min"] == 0.5
+    # The failing arm keeps its place and its error; the others are not lost.
+    assert doc["arms"][1]["error"] == "RuntimeError: boom"
+    assert "ecmp_expectation" in doc["analysis"]
+    json.dumps(doc)
+
+
+def test_validate_reports_missing_and_mistyped_keys(doc):
+    bad = json.loads(json.dumps(doc))
+    del bad["seed"]
+    bad["arms"][0]["goodput_bps"] = "fast"
+    problems = results.validate_results(bad)
+    assert any("seed" in p for p in problems) and any("goodput_bps" in p for p in problems)
+
+
+def test_summary_is_generated_from_the_numbers(doc):
+    sentences = driver.sentences_for(doc)
+    text = report.summary_markdown(doc, sentences, [])
+    assert "| ecmp-single |" in text and "6.00 Mb/s" in text
+    assert "Balls in bins" in text and "ERROR" in text
+    assert "kept up" in text
+    # Change the numbers: the text follows.
+    doc["arms"][0]["fidelity"].update(trusted=False, reasons=["CPU idle fell to 5%"], cpu_idle_min=0.05)
+    doc["fidelity"] = results.worst_fidelity(doc["arms"])
+    text = report.summary_markdown(doc, driver.sentences_for(doc), [])
+    assert "cannot be trusted" in text and "CPU idle fell to 5%" in text
+
+
+def test_report_rerenders_from_stored_results(doc, tmp_path: Path):
+    rendered = driver.render(doc, tmp_path)
+    assert (tmp_path / "results.json").exists() and rendered.summary.exists()
+    (tmp_path / "summary.md").unlink()
+    for p in rendered.plots:
+        (tmp_path / p).unlink()
+    again = driver.rerender(tmp_path)
+    assert again.summary.read_text() == rendered.summary.read_text()
+    assert sorted(again.plots) == sorted(rendered.plots) and "link_utilisation.png" in again.plots
+    assert all((tmp_path / p).stat().st_size > 1000 for p in again.plots)
+
+
+def test_catalogue_builds_every_experiment_and_scales_faults():
+    for name, entry in catalogue.CATALOGUE.items():
+        exp = entry.build()
+        assert exp.name == name and exp.arms and exp.duration_s > 0
+        parse_spec(exp.topology)
+    fo = catalogue.get("failover").build()
+    short = catalogue.with_overrides(fo, duration=fo.duration_s / 2, seed=9)
+    assert short.arms[0].faults[0].at_s == pytest.approx(fo.arms[0].faults[0].at_s / 2)
+    assert short.seed == 9
+
+
+def test_cli_list_and_report(doc, tmp_path: Path, capsys):
+    from experiments.cli import main
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in catalogue.CATALOGUE)
+    driver.render(doc, tmp_path)
+    assert main(["report", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["experiment"] == "ecmp-vs-spray"
+    assert main(["report", str(tmp_path / "nowhere")]) == 2
+    assert main(["run", "no-such-experiment"]) == 2
