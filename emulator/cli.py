@@ -33,9 +33,19 @@ MODE_HELP = (
 )
 
 
-def add_fabric_args(p: argparse.ArgumentParser, default_mode: str = "ecmp") -> None:
+def add_fabric_args(p: argparse.ArgumentParser, default_mode: str = "ecmp", extra_modes: tuple = ()) -> None:
     p.add_argument("--topo", default=DEFAULT_SPEC, metavar="SPEC", help=TOPO_HELP)
-    p.add_argument("--mode", default=default_mode, choices=MODES, help=MODE_HELP)
+    p.add_argument("--mode", default=default_mode, choices=MODES + extra_modes, help=MODE_HELP)
+
+
+# `probe --mode all`: what each routing mode does to one flow and to a sender rotating its source port.
+ALL_MODE_CASES = (
+    ("ecmp", "fixed"),
+    ("ecmp", "rotate"),
+    ("spray", "fixed"),
+    ("spray", "rotate"),
+    ("single", "rotate"),
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,15 +74,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("probe", help="send UDP packets src->dst and count how many crossed each spine",
                        description="The path-spread probe: brings the fabric up, sends N UDP packets from "
                        "--src to --dst with a fixed source port or one that rotates per packet, and reads "
-                       "from the switches' own counters how many packets crossed each spine.")
-    add_fabric_args(p)
+                       "from the switches' own counters how many packets crossed each spine. With --mode all, "
+                       "one fabric is brought up and the controller is switched live between ecmp, spray "
+                       "and single, with fixed and rotating source ports: a table of where packets went.")
+    add_fabric_args(p, extra_modes=("all",))
     p.add_argument("--src", default=None, help="sending host (default: the first host)")
     p.add_argument("--dst", default=None, help="receiving host (default: the last host)")
     p.add_argument("--packets", type=int, default=4000, help="packets to send (default: %(default)s)")
     p.add_argument("--entropy", choices=("fixed", "rotate"), default="rotate",
                    help="fixed: one source port (one flow); rotate: a new source port per packet "
                    "(default: %(default)s)")
-    p.add_argument("--rate", type=float, default=4000.0, metavar="PPS",
+    p.add_argument("--rate", type=float, default=2000.0, metavar="PPS",
                    help="sending rate in packets/s (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_probe)
@@ -204,17 +216,25 @@ def cmd_probe(args: argparse.Namespace) -> int:
     hosts = [h.name for h in topo.hosts]
     src = args.src or hosts[0]
     dst = args.dst or hosts[-1]
+    cases = ALL_MODE_CASES if args.mode == "all" else ((args.mode, args.entropy),)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    results = []
     try:
-        with Fabric(topo, mode=args.mode) as fab:
-            result = run_probe(fab, src, dst, packets=args.packets, entropy=args.entropy, rate_pps=args.rate)
+        with Fabric(topo, mode=cases[0][0]) as fab:
+            for mode, entropy in cases:
+                if fab.mode != mode:
+                    fab.set_mode(mode)
+                if len(cases) > 1:
+                    print(f"  {mode} / {entropy} ...", file=sys.stderr, flush=True)
+                results.append(run_probe(fab, src, dst, packets=args.packets, entropy=entropy, rate_pps=args.rate))
     except (KeyboardInterrupt, _Terminated):
         print("interrupted; fabric torn down", file=sys.stderr)
         return 130
     if args.json:
-        print(json.dumps(result.to_dict(), indent=1))
+        docs = [r.to_dict() for r in results]
+        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))
     else:
-        print(format_probe_table([result]))
+        print(format_probe_table(results))
     return 0
 
 
