@@ -26,7 +26,10 @@ class TransportConfig:
     cc: str = "delay"  # "delay" (Swift-like AIMD to a target queueing delay, MD on loss) | "fixed"
     window: int = 64  # packets: the fixed window, and the initial window for "delay"
     max_window: int = 1024
-    target_delay: float = 0.002  # seconds of queueing delay the delay CC aims for
+    target_delay: float = 0.002  # seconds of queueing delay the delay CC aims for (a floor, see below)
+    # ... but at least this many packets' worth at the connection's own rate (srtt / cwnd each), so
+    # that the target covers a few packet times on slow links too (0 = target_delay only).
+    target_packets: float = 16.0
     ack_delay: float = 0.0  # 0 = ACK every packet; else coalesce ACKs for at most this long
     ack_batch: int = 16  # with ack_delay > 0, ACK at once when this many packets are unacknowledged
     rto_min: float = 0.005  # seconds (a floor suited to an emulator, far below TCP's 200 ms)
@@ -39,6 +42,9 @@ class TransportConfig:
     max_reassembly_bytes: int = 8 * 2**20
     max_reassembly_messages: int = 1024
     pacing: bool = True
+    # Seconds: each wake-up sends what pacing allows within this horizon (and always at least
+    # the next packet interval), so a slow connection sends 2+ packets per wake-up, not one.
+    pacing_quantum: float = 0.001
 
     @property
     def max_payload(self) -> int:
@@ -76,6 +82,8 @@ class TransportConfig:
             raise bad("target_delay", "use a positive number of seconds, e.g. 0.002")
         if not 0 <= self.ack_delay <= 1.0:
             raise bad("ack_delay", "use 0 (ACK every packet) or a delay in seconds up to 1.0")
+        if not 0 <= self.target_packets <= 1e6:
+            raise bad("target_packets", "use a number of packets from 0 (off) upwards, e.g. 16")
         if not isinstance(self.ack_batch, int) or self.ack_batch < 1:
             raise bad("ack_batch", "use a positive integer")
         if not self.rto_min > 0:
@@ -86,6 +94,8 @@ class TransportConfig:
             raise bad("initial_rtt", "use a positive number of seconds")
         if not 0 <= self.reorder_window <= 10:
             raise bad("reorder_window", "use a fraction of the smoothed RTT from 0 to 10, e.g. 0.25")
+        if not 0 <= self.pacing_quantum <= 1.0:
+            raise bad("pacing_quantum", "use seconds from 0 (one packet per wake-up) to 1.0, e.g. 0.001")
         if not isinstance(self.max_reassembly_bytes, int) or self.max_reassembly_bytes < self.max_payload:
             raise bad("max_reassembly_bytes", f"use at least one datagram's payload ({self.max_payload})")
         if not isinstance(self.max_reassembly_messages, int) or self.max_reassembly_messages < 1:

@@ -24,6 +24,8 @@ class CongestionControl(Protocol):
 
     def on_timeout(self, now: float) -> None: ...
 
+    def on_spurious(self, now: float) -> None: ...
+
     def state(self) -> dict: ...
 
 
@@ -56,6 +58,9 @@ class FixedWindow:
     def on_timeout(self, now: float) -> None:
         pass
 
+    def on_spurious(self, now: float) -> None:
+        pass
+
     def state(self) -> dict:
         return {"window": self._window}
 
@@ -79,6 +84,7 @@ class DelayBased:
         max_window: int,
         target_delay: float,
         *,
+        target_packets: float = 0.0,
         pacing: bool = True,
         ai: float = 1.0,
         beta: float = 0.8,
@@ -90,6 +96,8 @@ class DelayBased:
         self.max_window = float(max_window)
         self.min_window = min_window
         self.target_delay = target_delay
+        self.target_packets = target_packets
+        self.target = target_delay  # the target in force (see _target)
         self.ai = ai
         self.beta = beta
         self.max_mdf = max_mdf
@@ -100,6 +108,9 @@ class DelayBased:
         self.slow_start = True
         self._last_decrease = float("-inf")
         self.decreases = 0
+        # Window before the latest loss/timeout decrease, while that decrease may still be undone.
+        self._undo_window: float | None = None
+        self.undone = 0
 
     @property
     def window(self) -> float:
@@ -117,6 +128,7 @@ class DelayBased:
         return now - self._last_decrease >= (self.srtt or 0.0)
 
     def _decrease(self, factor: float, now: float) -> None:
+        self._undo_window = None
         self._window = max(self.min_window, self._window * factor)
         self._last_decrease = now
         self.slow_start = False
@@ -128,37 +140,71 @@ class DelayBased:
         self.min_rtt = rtt if self.min_rtt is None else min(self.min_rtt, rtt)
         self.srtt = rtt if self.srtt is None else 0.875 * self.srtt + 0.125 * rtt
         delay = rtt - self.min_rtt
-        if self.slow_start and delay >= self.target_delay / 2:
+        target = self.target = self._target()
+        if self.slow_start and delay >= target / 2:
             # Leave slow start early: the delay signal lags a doubling window by an RTT.
             self.slow_start = False
-        if delay < self.target_delay:
+        if delay < target:
             if self.slow_start:
                 self._window += acked
             else:
                 self._window += self.ai * acked / self._window
             self._window = min(self._window, self.max_window)
         elif self._can_decrease(now):
-            factor = 1.0 - self.beta * (delay - self.target_delay) / delay
+            factor = 1.0 - self.beta * (delay - target) / delay
             self._decrease(max(factor, 1.0 - self.max_mdf), now)
+
+    def _target(self) -> float:
+        """The queueing delay to aim for: ``target_delay``, but at least ``target_packets`` packets'
+        worth at the connection's own rate (srtt / window per packet).
+
+        A fixed target in seconds only suits one link rate: at a few Mb/s one packet takes about as
+        long to serialise as a 2 ms target, so the window could never keep a queue of even one packet
+        and the link idled. Store-and-forward hops also add a packet time each to every RTT (and
+        HTB's token bucket lets the first packets through at once, so the minimum RTT misses them);
+        Swift scales its target with the hop count for the same reason. Counting in packets at the
+        flow's own rate keeps the target meaningful from Mb/s emulators to fast simulated paths,
+        where the floor ``target_delay`` governs.
+        """
+        if self.target_packets <= 0 or self.srtt is None:
+            return self.target_delay
+        return max(self.target_delay, self.target_packets * self.srtt / max(self._window, 1.0))
 
     def on_loss(self, now: float, share: float = 1.0) -> None:
         """``share``: fraction of the window that was on the EVs that lost. With spraying, a loss
         on one path says little about the others, so the decrease scales with that share (as
         coupled multipath congestion control decreases only the subflow that lost)."""
         if self._can_decrease(now):
+            before = self._window
             self._decrease(1.0 - self.loss_beta * min(1.0, max(share, 0.0)), now)
+            self._undo_window = before
 
     def on_timeout(self, now: float) -> None:
         if self._can_decrease(now):
+            before = self._window
             self._decrease(1.0 - self.max_mdf, now)
+            self._undo_window = before
 
+    def on_spurious(self, now: float) -> None:
+        """A retransmission turned out unnecessary (the original arrived): the loss or timeout
+        that caused it was reordering or delay, not congestion, so the decrease it triggered is
+        undone (as TCP's Eifel / F-RTO undo). A delay-driven decrease since then stands."""
+        if self._undo_window is not None:
+            self._window = min(self.max_window, max(self._window, self._undo_window))
+            self._undo_window = None
+            self.undone += 1
     def state(self) -> dict:
-        return {"window": self._window, "min_rtt": self.min_rtt, "decreases": self.decreases}
+        return {
+            "window": self._window, "min_rtt": self.min_rtt, "target": self.target, "decreases": self.decreases,
+            "undone": self.undone,
+        }
 
 
-def make_cc(name: str, window: int, max_window: int, target_delay: float, pacing: bool = True) -> CongestionControl:
+def make_cc(
+    name: str, window: int, max_window: int, target_delay: float, pacing: bool = True, target_packets: float = 0.0,
+) -> CongestionControl:
     if name == "delay":
-        return DelayBased(window, max_window, target_delay, pacing=pacing)
+        return DelayBased(window, max_window, target_delay, target_packets=target_packets, pacing=pacing)
     if name == "fixed":
         return FixedWindow(window, pacing=pacing)
     raise ValueError(f"unknown congestion control {name!r}: use delay or fixed")

@@ -57,6 +57,10 @@ logger = logging.getLogger(__name__)
 # Retransmitted PSNs remembered after being acknowledged, so that a late ACK echoing the original
 # transmission can still reveal the retransmission as spurious.
 _RETIRED_MAX = 4096
+# The reordering allowance widens up to this multiple of reorder_window after spurious
+# retransmissions, and halves again after this many smoothed RTTs without one.
+_REORDER_SCALE_MAX = 16.0
+_REORDER_DECAY_RTTS = 16.0
 
 
 # The hot path packs and parses headers with these directly (see wire.py for the layout).
@@ -120,7 +124,9 @@ class Connection:
         self.initial_psn = initial_psn & PSN_MASK
         self._rng = random.Random(seed)
         self._policy = make_policy(config.path_policy, config.num_evs, self._rng)
-        self._cc = make_cc(config.cc, config.window, config.max_window, config.target_delay, config.pacing)
+        self._cc = make_cc(
+            config.cc, config.window, config.max_window, config.target_delay, config.pacing, config.target_packets
+        )
         # With coalesced ACKs one ACK opens the window by up to ack_batch packets at once; a pacer
         # that banked only 4 intervals of idle time would split that into several wake-ups.
         self._pacer = Pacer(burst=max(4, config.ack_batch) if config.ack_delay > 0 else 4)
@@ -149,11 +155,24 @@ class Connection:
         self._loss_time: float | None = None
         self._rtt = RttEstimator()
         self._ev_rtt: dict[int, RttEstimator] = {}
+        # How long the peer may hold an ACK (RFC 9002's max_ack_delay): loss detection and the RTO
+        # wait that much longer, since a packet answered by a held ACK is not late. Starts at our
+        # own setting (both ends normally share one) and follows the longest holds the peer
+        # reports: up at once, down slowly (a fast connection fills its batches in microseconds).
+        self._ack_allow = config.ack_delay
         self._backoff = 0
+        # When an ACK last acknowledged something new: the RTO runs from here as well as from the
+        # oldest packet's send time (RFC 6298 restarts the timer on new ACKs). While ACKs keep
+        # arriving, a queue is draining, not a path dead; losses in it are RACK's to find.
+        self._last_progress = float("-inf")
+        # Multiplier of reorder_window, doubled per spurious retransmission (see _on_spurious).
+        self._reorder_scale = 1.0
+        self._reorder_since = 0.0
         self._rto_value: float | None = None  # rto() for the current estimate and backoff; None = stale
         self._rewind_seq = -1
         self._rewind_time = float("-inf")
         self._pacing_blocked = False
+        self._pacing_quantum = config.pacing_quantum
         # Beyond this many PSNs past the oldest unacknowledged one the sender stops taking new
         # PSNs: bounds its own memory of unacknowledged packets.
         self._send_span = 4 * config.max_window + max(1, config.max_reassembly_bytes // self._payload)
@@ -175,8 +194,9 @@ class Connection:
         self._out_acks: list[tuple[bytes, int]] = []
         self._ack_pending = 0
         self._ack_deadline: float | None = None
-        # The packet the next coalesced ACK answers (the latest one): seq, echo timestamp, EV, arrival.
+        # The packet the next coalesced ACK answers (the batch's first): seq, echo timestamp, EV, arrival.
         self._ack_seq = -1
+        self._ack_lo = self._ack_hi = -1  # lowest and highest PSN (seq) the held ACK answers
         self._ack_ts = 0
         self._ack_ev = 0
         self._ack_arrival = 0.0
@@ -294,6 +314,12 @@ class Connection:
         pacer = self._pacer
         next_time = pacer.next_time
         burst_floor = now - pacer.burst * interval
+        # Pace in quanta: the timer wakes the driver when the next packet is due, and the call
+        # then also sends what falls due within the quantum (at least one packet interval), so
+        # a slow connection sends 2+ packets per wake-up. Every wake-up of a Python endpoint
+        # costs far more CPU than the packet itself; the average rate is unchanged.
+        q = self._pacing_quantum
+        horizon = now + (0.0 if q <= 0 else (q if q > interval else interval))
         ts = round(now * 1e6) & TIMESTAMP_MASK
         inflight = self._inflight
         sent = self._sent
@@ -321,7 +347,7 @@ class Connection:
                     break
             if n_inflight >= cwnd:
                 break
-            if next_time > now:
+            if next_time > horizon:
                 self._pacing_blocked = True
                 break
             if has_retx:
@@ -535,6 +561,10 @@ class Connection:
                     if ts == echo_ts:
                         match, ev, sent_time = i, t_ev, t_time
                         break
+            if ack_delay:
+                held = ack_delay * 1e-6
+                allow = self._ack_allow
+                self._ack_allow = held if held > allow else allow - (allow - held) / 64
             if match >= 0:
                 rtt = now - sent_time - ack_delay * 1e-6
                 if rtt <= 0:
@@ -555,11 +585,13 @@ class Connection:
                     # An earlier copy reached the receiver: the later copies were not needed.
                     trig.spurious = True
                     st.spurious_retransmissions += n_tx - 1 - match
+                    self._on_spurious(now)
                 if delivered and match == n_tx - 1 and trig.tx_order > self._rack_order:
                     self._rack_order = trig.tx_order
                     self._rack_dirty = True
 
         if newly:
+            self._last_progress = now
             self._on_delivered(newly, now)
             if self._backoff:
                 self._backoff = 0
@@ -626,6 +658,13 @@ class Connection:
             return  # nothing in flight was overtaken (the common, in-order case)
         lost: list[SentPacket] = []
         allowance: dict[int, float] = {}
+        ack_allow = self._ack_allow
+        scale = self._reorder_scale
+        if scale > 1.0 and now - self._reorder_since > _REORDER_DECAY_RTTS * (self._rtt.srtt or 0.0):
+            # No spurious retransmission for a while: narrow the allowance again, step by step.
+            scale = self._reorder_scale = max(1.0, scale / 2)
+            self._reorder_since = now
+        window = self.config.reorder_window * scale
         loss_time = None
         for rec in inflight.values():
             if rec.tx_order >= rack:
@@ -633,10 +672,9 @@ class Connection:
             a = allowance.get(rec.ev)
             if a is None:
                 a = allowance[rec.ev] = reorder_allowance(
-                    self._ev_rtt.get(rec.ev) or self._rtt, self._rtt, self.config.initial_rtt,
-                    self.config.reorder_window,
+                    self._ev_rtt.get(rec.ev) or self._rtt, self._rtt, self.config.initial_rtt, window,
                 )
-            deadline = rec.sent_time + a
+            deadline = rec.sent_time + a + ack_allow
             if deadline <= now:
                 lost.append(rec)
             elif loss_time is None or deadline < loss_time:
@@ -650,6 +688,14 @@ class Connection:
             for ev in evs:
                 self._policy.on_loss(ev, now)
             self._cc.on_loss(now, share)
+
+    def _on_spurious(self, now: float) -> None:
+        """A retransmission was unnecessary: undo the window decrease it caused, and widen the
+        reordering allowance (RACK's reo_wnd adapts the same way, on DSACKs), since paths whose
+        delays differ by more than the allowance would otherwise keep tripping it."""
+        self._cc.on_spurious(now)
+        self._reorder_scale = min(self._reorder_scale * 2.0, _REORDER_SCALE_MAX)
+        self._reorder_since = now
 
     def _ev_share(self, evs: set[int]) -> float:
         """Fraction of the in-flight packets that were sent on ``evs``."""
@@ -678,21 +724,32 @@ class Connection:
         return value
 
     def _rto_deadline(self) -> float:
-        return next(iter(self._inflight.values())).sent_time + self._rto()
+        start = next(iter(self._inflight.values())).sent_time
+        if self._last_progress > start:
+            start = self._last_progress
+        return start + self._rto() + self._ack_allow
 
     def _on_rto(self, now: float) -> None:
-        timeout = self._rto()
-        if not self._inflight or next(iter(self._inflight.values())).sent_time + timeout > now:
+        # The same expression as the deadline get_timer() reported: summed in another order, the
+        # float could differ in its last bit and leave a due timer unserved forever.
+        if not self._inflight or self._rto_deadline() > now:
             return
+        timeout = self._rto() + self._ack_allow
         # Everything in flight for more than half the timeout is declared lost with the oldest
         # packet, so that one timeout resends a whole round in PSN order; timing each packet out
         # separately would resend them in their old order and could starve the lowest PSN
         # behind the same queue every round.
         expired = []
-        for rec in self._inflight.values():
-            if rec.sent_time + timeout / 2 > now:
-                break
-            expired.append(rec)
+        if self._rtt.srtt is None:
+            # No RTT sample yet: the timeout only guessed the RTT (from initial_rtt), and a first
+            # window queued behind a slow link is the likelier story than its loss. Probe with the
+            # oldest packet rather than resending the whole window into the same queue.
+            expired.append(next(iter(self._inflight.values())))
+        else:
+            for rec in self._inflight.values():
+                if rec.sent_time + timeout / 2 > now:
+                    break
+                expired.append(rec)
         st = self.stats
         st.timeouts += 1
         self._backoff += 1
@@ -828,19 +885,11 @@ class Connection:
         if r.received == count:
             del self._reasm[msg]
             self._complete(msg, r, now)
-        # Inlined _queue_ack() for the common case.
+        # Inlined _queue_ack() for ACK-per-packet.
         if self._ack_delay <= 0:
             self._out_acks.append(self._build_ack(seq, ts, ev, 0))
             return
-        self._ack_pending += 1
-        self._ack_seq = seq
-        self._ack_ts = ts
-        self._ack_ev = ev
-        self._ack_arrival = now
-        if self._ack_deadline is None:
-            self._ack_deadline = now + self._ack_delay
-        if self._ack_pending >= self._ack_batch:
-            self._flush_ack(now)
+        self._queue_ack(seq, ts, ev, now)
 
     @staticmethod
     def _fragment_fits(frag_size: int, count: int, msg_len: int, idx: int, plen: int) -> bool:
@@ -884,27 +933,53 @@ class Connection:
         if self._ack_delay <= 0:
             self._out_acks.append(self._build_ack(seq, ts, ev, 0))
             return
-        self._ack_pending += 1
-        self._ack_seq = seq
-        self._ack_ts = ts
-        self._ack_ev = ev
-        self._ack_arrival = now
-        if self._ack_deadline is None:
+        if self._ack_pending:
+            # One SACK bitmap must describe every packet the held ACK answers: a packet the ACK
+            # leaves out looks lost to the sender once later packets are acknowledged. Send the
+            # held ACK first when this packet would stretch the batch beyond the bitmap.
+            lo, hi = self._ack_lo, self._ack_hi
+            if (seq if seq > hi else hi) - (seq if seq < lo else lo) >= SACK_BITS:
+                self._flush_ack(now)
+        if self._ack_pending:
+            if seq > self._ack_hi:
+                self._ack_hi = seq
+            elif seq < self._ack_lo:
+                self._ack_lo = seq
+        else:
+            # The ACK answers (echoes) the batch's first packet, the one held longest: its
+            # ack_delay is then the longest hold in the batch, which the sender's loss detection
+            # must allow for, and its RTT sample less that hold is as exact as any other.
+            self._ack_lo = self._ack_hi = seq
+            self._ack_seq = seq
+            self._ack_ts = ts
+            self._ack_ev = ev
+            self._ack_arrival = now
             self._ack_deadline = now + self._ack_delay
+        self._ack_pending += 1
         if self._ack_pending >= self._ack_batch:
             self._flush_ack(now)
 
     def _flush_ack(self, now: float) -> None:
         if self._ack_pending:
+            # The echo (RTT sample) answers the batch's first arrival; the bitmap ends at the
+            # batch's highest PSN so that it covers the whole batch.
             self._out_acks.append(
-                self._build_ack(self._ack_seq, self._ack_ts, self._ack_ev, round((now - self._ack_arrival) * 1e6))
+                self._build_ack(
+                    self._ack_seq, self._ack_ts, self._ack_ev, round((now - self._ack_arrival) * 1e6),
+                    cover=self._ack_hi,
+                )
             )
         self._ack_pending = 0
         self._ack_deadline = None
 
-    def _build_ack(self, seq: int, echo_ts: int, ev: int, delay_us: int, flags: int = 0) -> tuple[bytes, int]:
+    def _build_ack(
+        self, seq: int, echo_ts: int, ev: int, delay_us: int, flags: int = 0, cover: int = -1,
+    ) -> tuple[bytes, int]:
+        """An ACK answering ``seq``; its SACK bitmap ends at ``cover`` (default ``seq``) when that is
+        beyond the 64 PSNs after the cumulative point."""
         nxt = self._rcv_nxt
-        base = nxt + 1 if seq <= nxt + SACK_BITS else seq - SACK_BITS + 1
+        top = cover if cover > seq else seq
+        base = nxt + 1 if top <= nxt + SACK_BITS else top - SACK_BITS + 1
         bitmap = 0
         ooo = self._rcv_ooo
         if ooo:

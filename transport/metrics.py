@@ -1,7 +1,8 @@
 """Counters and samples a connection keeps, and their summary as a JSON-serialisable dict.
 
 Samples are kept in bounded buffers (the most recent ``MAX_SAMPLES``) so a long-running endpoint
-does not grow without bound; statistics are computed with numpy only when ``summary()`` is called.
+does not grow without bound; statistics are computed with numpy only when ``summary()`` is called,
+and numpy is imported only then: an endpoint process starts about 0.1 s sooner without it.
 The keys of the summary are documented in docs/transport.md.
 """
 
@@ -9,8 +10,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-
-import numpy as np
 
 MAX_SAMPLES = 200_000
 # Reorder distance histogram bins: [1], [2,3], [4,7], ... [1024, inf).
@@ -25,6 +24,8 @@ def percentiles(samples: deque[float] | list[float]) -> dict:
     """count, mean, p50, p99, p999 and max of a sample set (None when empty)."""
     if not samples:
         return {"count": 0, "mean": None, "p50": None, "p99": None, "p999": None, "max": None}
+    import numpy as np
+
     a = np.fromiter(samples, dtype=float, count=len(samples))
     p50, p99, p999 = np.percentile(a, [50, 99, 99.9])
     return {
@@ -135,6 +136,8 @@ class Stats:
     def reorder_histogram(self) -> dict[str, int]:
         hist: dict[str, int] = {}
         if self.reorder_distance:
+            import numpy as np
+
             a = np.fromiter(self.reorder_distance, dtype=np.int64, count=len(self.reorder_distance))
             counts = np.histogram(a, bins=[*_REORDER_EDGES, np.iinfo(np.int64).max])[0]
             for lo, hi, c in zip(_REORDER_EDGES, [*_REORDER_EDGES[1:], None], counts, strict=True):

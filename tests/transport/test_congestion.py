@@ -72,3 +72,43 @@ def test_window_bounds() -> None:
 def test_unknown_cc() -> None:
     with pytest.raises(ValueError, match="unknown congestion control"):
         make_cc("cubic", 1, 1, 0.1)
+
+
+def test_target_covers_a_number_of_packets_at_the_flows_rate() -> None:
+    # 20 ms RTT with a window of 8: 2.5 ms per packet, so 8 packets of queue are 20 ms, far above
+    # the 2 ms floor; a 10 ms queueing delay is then below target and the window grows.
+    cc = DelayBased(8, 1000, target_delay=0.002, target_packets=8)
+    cc.on_ack(0.020, 1, 0.0)
+    cc.slow_start = False
+    w = cc.window
+    cc.on_ack(0.030, 1, 0.1)
+    assert cc.target == pytest.approx(8 * cc.srtt / w)
+    assert cc.window > w and cc.decreases == 0
+    # Without the packet target the same delay is far above 2 ms: a decrease.
+    plain = DelayBased(8, 1000, target_delay=0.002)
+    plain.on_ack(0.020, 1, 0.0)
+    plain.on_ack(0.030, 1, 0.1)
+    assert plain.decreases == 1 and plain.window < 8
+
+
+def test_target_floor_governs_fast_paths() -> None:
+    cc = DelayBased(100, 1000, target_delay=0.002, target_packets=16)
+    cc.on_ack(0.001, 1, 0.0)  # 10 us per packet: 16 packets are 0.16 ms, below the floor
+    assert cc.target == 0.002
+
+
+def test_spurious_retransmission_undoes_the_loss_decrease() -> None:
+    cc = DelayBased(40, 1000, target_delay=0.002)
+    cc.on_ack(0.001, 1, 0.0)
+    w = cc.window
+    cc.on_loss(0.01)
+    assert cc.window < w
+    cc.on_spurious(0.012)
+    assert cc.window == w and cc.undone == 1
+    cc.on_spurious(0.013)  # only once per decrease
+    assert cc.undone == 1
+    cc.on_timeout(0.02)
+    assert cc.window == w / 2
+    cc.on_ack(0.0100, 1, 0.03)  # a delay-driven decrease replaces the undo record
+    cc.on_spurious(0.04)
+    assert cc.window < w / 2 and cc.undone == 1

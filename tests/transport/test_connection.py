@@ -289,3 +289,127 @@ def test_message_acked_event_type(pair) -> None:
     pair.a.send_message(b"a")
     pair.run()
     assert isinstance(pair.acked["a"][0], MessageAcked)
+
+
+def test_coalesced_ack_echoes_the_oldest_packet_and_covers_the_batch() -> None:
+    cfg = TransportConfig(pacing=False, ack_delay=0.01, ack_batch=4, window=128)
+    p = make_pair(cfg)
+    p.a.send_message(_msg(cfg.max_payload * 80))
+    sent = p.drain("a")
+    p.now = 0.001
+    p.b.receive_datagram(sent[0][0], p.now)  # PSN 0: cumulative point moves to 1
+    # Reordered arrivals beyond the cumulative point: 71 then 70, 75, 72, at 1 ms intervals.
+    for i, k in enumerate((71, 70, 75, 72)):
+        p.now = 0.002 + i * 0.001
+        p.b.receive_datagram(sent[k][0], p.now)
+    acks = [decode(d) for d, _ in p.drain("b")]
+    assert len(acks) == 2
+    ack = acks[1]
+    assert ack.ack_psn == 71  # the batch's first arrival, held longest ...
+    assert ack.ack_delay == 3000  # ... for 3 ms
+    held = {ack.sack_base + i for i in range(64) if ack.sack_bitmap >> i & 1}
+    assert {70, 71, 72, 75} <= held  # every packet of the batch, not just the 64 before PSN 71
+
+
+def test_coalesced_ack_flushes_before_the_batch_outgrows_the_bitmap() -> None:
+    cfg = TransportConfig(pacing=False, ack_delay=0.01, ack_batch=16, window=128)
+    p = make_pair(cfg)
+    p.a.send_message(_msg(cfg.max_payload * 120))
+    sent = p.drain("a")
+    p.b.receive_datagram(sent[5][0], 0.001)
+    p.b.receive_datagram(sent[100][0], 0.001)  # 95 PSNs away: one bitmap cannot hold both
+    acks = [decode(d) for d, _ in p.drain("b")]
+    assert len(acks) == 1 and acks[0].ack_psn == 5
+    assert acks[0].sack_bitmap >> (5 - acks[0].sack_base) & 1
+
+
+def test_loss_detection_allows_for_the_peers_ack_delay() -> None:
+    # The receiver holds ACKs up to 20 ms; the sender must not take a packet whose ACK is being
+    # held for lost just because a later packet's (earlier flushed) ACK arrived first.
+    cfg = TransportConfig(pacing=False, ack_delay=0.02, ack_batch=2, num_evs=1)
+    p = make_pair(cfg)
+    p.a.send_message(_msg(cfg.max_payload * 3))
+    sent = p.drain("a")
+    p.now = 0.001
+    p.deliver("a", sent[1:3])  # 1 and 2 arrive: a batch of 2, flushed at once
+    p.now = 0.002
+    p.deliver("b", p.drain("b"))  # the sender learns 1-2 arrived; 0 is overtaken
+    p.now = 0.003
+    p.deliver("a", sent[:1])  # 0 arrives, its ACK held
+    p.now = 0.015  # long past the RTT-based deadline (1 ms RTT), within the ACK delay
+    p.fire_timers()
+    assert p.a.stats.losses_detected == 0 and p.drain("a") == []
+    p.now = 0.0231
+    p.fire_timers()
+    p.deliver("b", p.drain("b"))
+    assert p.a.idle and p.a.stats.retransmissions == 0
+
+
+def test_first_timeout_without_rtt_sample_probes_with_one_packet() -> None:
+    cfg = TransportConfig(pacing=False, window=8)
+    p = make_pair(cfg)
+    p.a.send_message(_msg(cfg.max_payload * 8))
+    assert len(p.drain("a")) == 8
+    p.now = p.a.get_timer()
+    p.a.handle_timer(p.now)
+    assert p.a.stats.timeouts == 1 and p.a.stats.losses_detected == 1
+    resent = p.drain("a")
+    assert len(resent) <= 1
+
+
+def test_timeout_waits_while_acks_keep_arriving() -> None:
+    # A slow queue: the oldest packet is older than the RTO, but ACKs for newer data keep coming,
+    # so the timer runs from the latest of them.
+    cfg = TransportConfig(pacing=False, window=4, rto_min=0.005, initial_rtt=0.001)
+    p = make_pair(cfg)
+    p.a.send_message(_msg(cfg.max_payload * 4))
+    sent = p.drain("a")
+    p.now = 0.001
+    p.deliver("a", sent[1:2])
+    p.deliver("b", p.drain("b"))
+    rto_from_oldest = p.a._rto()
+    p.now = rto_from_oldest + 0.0005
+    p.deliver("a", sent[2:3])
+    p.deliver("b", p.drain("b"))  # progress: new data acknowledged
+    p.a.handle_timer(p.now)
+    assert p.a.stats.timeouts == 0
+    assert p.a.get_timer() >= p.now
+
+
+def test_pacing_sends_in_quanta() -> None:
+    # Fixed window paced at 100 packets/s (10 ms apart), the driver waking only at get_timer():
+    # without a quantum every wake-up sends one packet; with one, each wake-up also sends the
+    # packet due within the next interval, so there are half as many wake-ups at the same rate.
+    def run(quantum: float) -> tuple[int, int]:
+        cfg = TransportConfig(cc="fixed", window=64, pacing_quantum=quantum, rto_min=1.0, rto_max=1.0)
+        p = make_pair(cfg)
+        p.a.send_message(_msg(cfg.max_payload * 200))
+        p.a._cc.on_ack(0.96, 1, 0.0)  # srtt so that pacing = 1.5 * 64 / srtt = 100 packets/s
+        p.drain("a")  # the initial burst
+        wakeups = packets = 0
+        while True:
+            t = p.a.get_timer()
+            if t is None or t >= 0.5:
+                return wakeups, packets
+            p.now = t
+            p.a.handle_timer(t)
+            wakeups += 1
+            packets += len(p.drain("a"))
+
+    wakeups, packets = run(0.0)
+    assert packets == pytest.approx(50, abs=2) and wakeups == packets
+    wakeups, packets = run(0.001)
+    assert packets == pytest.approx(50, abs=3) and wakeups <= packets / 2 + 1
+
+
+def test_coalesced_acks_do_not_inflate_retransmissions_under_loss() -> None:
+    # 1 % loss on one of 8 sprayed paths (both directions, so ACKs are lost too): with ACKs held
+    # up to 100 us, retransmissions stay close to the packets really dropped.
+    paths = [PathSpec(rate_bps=100e6, delay=0.0005, queue_packets=64) for _ in range(8)]
+    paths[0] = PathSpec(rate_bps=100e6, delay=0.0005, queue_packets=64, loss=0.01)
+    cfg = TransportConfig(ack_delay=0.0001)
+    r = run_transfer(cfg, cfg, paths, total_bytes=8 << 20, seed=1)
+    assert r.completed
+    dropped = sum(link["a_to_b"]["lost"] for link in r.network)
+    assert dropped > 0
+    assert r.sender_metrics["sender"]["retransmissions"] <= 2 * dropped + 5
