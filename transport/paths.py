@@ -26,7 +26,20 @@ class PathPolicy(Protocol):
     def state(self) -> dict: ...
 
 
-class SinglePath:
+class _Oblivious:
+    """A policy that ignores feedback: the EV choice does not depend on what the paths do."""
+
+    def on_ack(self, ev: int, rtt: float, now: float) -> None:
+        pass
+
+    def on_loss(self, ev: int, now: float) -> None:
+        pass
+
+    def on_timeout(self, ev: int, now: float) -> None:
+        pass
+
+
+class SinglePath(_Oblivious):
     """One EV for the whole connection, drawn from the rng: what ECMP hashing does to a flow.
 
     A retransmission asked to avoid that EV goes on the next one, so a dead path cannot hold a
@@ -44,20 +57,11 @@ class SinglePath:
             return (self.ev + 1) % self.num_evs
         return self.ev
 
-    def on_ack(self, ev: int, rtt: float, now: float) -> None:
-        pass
-
-    def on_loss(self, ev: int, now: float) -> None:
-        pass
-
-    def on_timeout(self, ev: int, now: float) -> None:
-        pass
-
     def state(self) -> dict:
         return {"ev": self.ev}
 
 
-class Spray:
+class Spray(_Oblivious):
     """Round-robin over all EVs, starting at a random one (oblivious packet spraying)."""
 
     name = "spray"
@@ -73,15 +77,6 @@ class Spray:
             ev = self._next
             self._next = (ev + 1) % self.num_evs
         return ev
-
-    def on_ack(self, ev: int, rtt: float, now: float) -> None:
-        pass
-
-    def on_loss(self, ev: int, now: float) -> None:
-        pass
-
-    def on_timeout(self, ev: int, now: float) -> None:
-        pass
 
     def state(self) -> dict:
         return {}
