@@ -48,7 +48,9 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
         if a.get("error"):
             rows.append([a["name"], f"ERROR: {a['error']}"[:80]] + [""] * (len(COLUMNS) - 2))
             continue
-        rows.append([_fmt(k, a.get(k)) for _, k in COLUMNS])
+        # Workloads without a fabric-wide ideal (ping, all-reduce) have no "of ideal" to show.
+        shown = {k: (None if k == "goodput_fraction" and not a.get("ideal_bps") else a.get(k)) for _, k in COLUMNS}
+        rows.append([_fmt(k, shown[k]) for _, k in COLUMNS])
     return rows
 
 
