@@ -530,9 +530,12 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
         raw_dir = out_dir / "raw" / slug
         reporter.arm_started(i, arm, exp.duration_s)
         try:
-            raw = run_arm(exp, arm, topo, flows[arm.name], exp.duration_s, exp.seed, nbytes[arm.name],
+            # Each repetition gets its own seed: the flows stay, but ECMP sees other entropy values and
+            # client ports, so repetitions sample other hash placements.
+            raw = run_arm(exp, arm, topo, flows[arm.name], exp.duration_s, exp.seed + rep, nbytes[arm.name],
                           raw_dir, reporter)
             raw["repetition"] = rep
+            raw["seed"] = exp.seed + rep
         except (KeyboardInterrupt, _Terminated) as exc:
             complete = False
             why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "terminated (SIGTERM)"
