@@ -190,8 +190,8 @@ def start_srd(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.
     common = ["--recovery", arm.recovery, "--delivery", arm.delivery]
     receivers = []
     for dst in sorted({f.dst for f in ctx.flows}):
-        cmd = _cli("srd", "recv", "--port", str(SRD_PORT), "--json-out", str(ctx.raw_dir / f"recv-{dst}.json"),
-                   *common)
+        cmd = _cli("srd", "recv", "--bind", ctx.fab.ip(dst), "--port", str(SRD_PORT),
+                   "--json-out", str(ctx.raw_dir / f"recv-{dst}.json"), *common)
         if w.request_response:
             cmd += ["--response-size", "64"]
         receivers.append(_popen(ctx, dst, cmd))

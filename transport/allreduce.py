@@ -380,7 +380,8 @@ class UdpRingWorker:
         host, port = opts.peers[self.rank]
         lfamily, _ = resolve(host, port)
         rfamily, rdest = resolve(*self.right)
-        bind = opts.bind or ("::" if lfamily == socket.AF_INET6 else "0.0.0.0")
+        # Listen on this rank's own address from --peers, not on every interface of the machine.
+        bind = opts.bind or host
         s = socket.socket(lfamily, socket.SOCK_DGRAM)
         try:
             s.bind((bind, port))

@@ -228,9 +228,9 @@ def _register_recv(sub: argparse._SubParsersAction) -> None:
         "  fabriclab srd recv --echo            # serve `srd send --request-response`",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--bind", default="0.0.0.0", metavar="ADDR",
-                   help="local address to listen on (default 0.0.0.0, all addresses; use 127.0.0.1 for "
-                   "loopback only, :: for IPv6)")
+    p.add_argument("--bind", default="127.0.0.1", metavar="ADDR",
+                   help="local address to listen on (default 127.0.0.1, loopback only; inside an emulated "
+                   "host give its address, e.g. 10.0.0.8, or 0.0.0.0 for all; :: for IPv6)")
     p.add_argument("--port", type=listen_port_arg, default=DEFAULT_PORT,
                    help=f"UDP port to listen on (default {DEFAULT_PORT})")
     stop = p.add_mutually_exclusive_group()

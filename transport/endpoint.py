@@ -783,7 +783,7 @@ class Receiver(_Loop):
         self,
         config: TransportConfig,
         *,
-        bind: str = "0.0.0.0",
+        bind: str = "127.0.0.1",
         port: int = DEFAULT_PORT,
         expect_bytes: int = 0,
         duration: float | None = None,

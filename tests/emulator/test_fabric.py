@@ -211,7 +211,7 @@ def test_transport_over_real_sockets_sprays_across_spines(ls442, restore_mode, t
     before = {s: port_rx_packets(s, from_leaf1[s]) for s in spines}
     recv_json, send_json = tmp_path / "recv.json", tmp_path / "send.json"
     cli = [sys.executable, "-m", "experiments.cli", "srd"]
-    recv = ls442.host("h8").popen([*cli, "recv", "--expect-bytes", "2M",
+    recv = ls442.host("h8").popen([*cli, "recv", "--bind", ls442.ip("h8"), "--expect-bytes", "2M",
                                    "--json-out", str(recv_json)])
     try:
         wait_udp_listening(ls442.host("h8"), 7471)
