@@ -127,9 +127,7 @@ def leaf_spine(
         "queue_packets": queue_packets,
         "oversubscription": hosts_per_leaf * host_rate / (spines * fabric_rate),
     }
-    topo = Topology(f"leaf-spine-{spines}x{leaves}x{hosts_per_leaf}", assign_addresses(nodes), tuple(links), params)
-    log.debug("built %s: %d nodes, %d links", topo.name, len(topo.nodes), len(topo.links))
-    return validate(topo)
+    return _finish(f"leaf-spine-{spines}x{leaves}x{hosts_per_leaf}", nodes, links, params)
 
 
 def in_server(
@@ -190,7 +188,12 @@ def in_server(
         "queue_packets": queue_packets,
         "oversubscription": gpus_per_server * gpu_rate / (nics_per_server * nic_rate),
     }
-    topo = Topology(f"in-server-{servers}x{gpus_per_server}", assign_addresses(nodes), tuple(links), params)
+    return _finish(f"in-server-{servers}x{gpus_per_server}", nodes, links, params)
+
+
+def _finish(name: str, nodes: list[Node], links: list[Link], params: dict) -> Topology:
+    """Address the nodes, assemble and validate: the last step every builder shares."""
+    topo = Topology(name, assign_addresses(nodes), tuple(links), params)
     log.debug("built %s: %d nodes, %d links", topo.name, len(topo.nodes), len(topo.links))
     return validate(topo)
 

@@ -22,7 +22,6 @@ import logging
 import select
 import signal
 import socket
-import struct
 import sys
 import time
 import zlib
@@ -70,22 +69,6 @@ DEFAULT_LINGER = 0.3
 
 class AllReduceError(Exception):
     """Bad input or a timeout: reported as one line, exit status 2."""
-
-
-def _field_offset(name: str) -> int:
-    off = 0
-    for fname, code, _ in wire.COMMON_FIELDS:
-        if fname == name:
-            return off
-        off += struct.calcsize("!" + code)
-    raise KeyError(name)
-
-
-# Fixed offsets in the common header: the receive path reads them without a full decode.
-_CID = struct.Struct("!I")
-_CID_OFF = _field_offset("conn_id")
-_EV_OFF = _field_offset("ev")
-_TYPE_OFF = _field_offset("type")
 
 
 def edge_connection_id(n_ranks: int, seed: int, sender_rank: int) -> int:
@@ -523,12 +506,12 @@ class UdpRingWorker:
                 n += 1
                 continue
             n += 1
-            if len(data) < _CID_OFF + 4 or _CID.unpack_from(data, _CID_OFF)[0] != cid:
+            if len(data) < wire.CONN_ID_OFFSET + 4 or wire.read_conn_id(data) != cid:
                 self.counters["foreign_datagrams"] += 1
                 continue
-            if data[_TYPE_OFF] == wire.TYPE_DATA:
+            if data[wire.TYPE_OFFSET] == wire.TYPE_DATA:
                 # The ACK names the DATA packet's EV and goes back to the socket that sent it.
-                evaddr[data[_EV_OFF] << 8 | data[_EV_OFF + 1]] = addr
+                evaddr[wire.read_ev(data)] = addr
                 self._left_addr = addr
             receive(data, now)
         if n:

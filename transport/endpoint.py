@@ -55,6 +55,8 @@ SPIN_BELOW = 0.00005
 SEQ_LEN = 8
 _PATTERN = bytes(range(256)) * 2
 _TYPE_DATA = wire.TYPE_DATA
+_TYPE_OFFSET = wire.TYPE_OFFSET
+_EV_OFFSET = wire.EV_OFFSET
 
 
 class EndpointError(Exception):
@@ -200,41 +202,6 @@ def write_json(metrics: dict[str, Any], path: str | None) -> None:
         json.dump(metrics, fh, indent=2, sort_keys=True)
         fh.write("\n")
     os.replace(tmp, path)
-
-
-def _conn_id_reader() -> Callable[[bytes], int] | None:
-    """A fast reader of the connection id at its fixed offset, if DATA and ACK headers share it.
-
-    The receiver needs the id of every datagram to find its connection; a full `wire.decode` per
-    packet would parse the header twice (the connection parses it again).
-    """
-
-    def offset_of(fields: list[tuple[str, str, str]]) -> tuple[int, str] | None:
-        off = 0
-        for name, code, _ in fields:
-            if "conn" in name:
-                return off, code
-            off += struct.calcsize("!" + code)
-        return None
-
-    try:
-        data = offset_of(wire.DATA_FIELDS)
-        ack = offset_of(wire.ACK_FIELDS)
-    except (AttributeError, TypeError, ValueError, struct.error):
-        return None
-    if data is None or data != ack:
-        return None
-    off, code = data
-    unpack = struct.Struct("!" + code).unpack_from
-
-    def read(buf: bytes) -> int:
-        return unpack(buf, off)[0]
-
-    return read
-
-
-def _decode_conn_id(buf: bytes) -> int:
-    return wire.decode(buf).conn_id
 
 
 def _tune(sock: socket.socket) -> None:
@@ -811,7 +778,6 @@ class Receiver(_Loop):
         self.sock: socket.socket | None = None
         self.peers: dict[tuple[Any, int], _Peer] = {}
         self._active: set[_Peer] = set()
-        self._read_cid = _conn_id_reader() or _decode_conn_id
         self.datagrams_received = 0
         self.datagrams_sent = 0
         self.invalid = 0
@@ -866,7 +832,7 @@ class Receiver(_Loop):
         # One socket for all peers: drain it, so the failing recv() at the end is amortised.
         size = self._recv_size
         peers = self.peers
-        read_cid = self._read_cid
+        read_cid = wire.read_conn_id
         active = self._active
         magic = self._magic
         n = 0
@@ -885,7 +851,7 @@ class Receiver(_Loop):
                 continue
             try:
                 cid = read_cid(data)
-            except Exception:
+            except struct.error:
                 self.invalid += 1
                 continue
             peer = peers.get((addr[0], cid))
@@ -899,10 +865,10 @@ class Receiver(_Loop):
             ports = peer.ports
             port = addr[1]
             ports[port] = ports.get(port, 0) + 1
-            if data[3] == _TYPE_DATA:
+            if data[_TYPE_OFFSET] == _TYPE_DATA:
                 # Remember which source address carries each EV: an ACK names the EV of the DATA
                 # that triggered it and goes back to the socket that sent that DATA.
-                peer.evaddr[data[6] << 8 | data[7]] = addr
+                peer.evaddr[data[_EV_OFFSET] << 8 | data[_EV_OFFSET + 1]] = addr
             peer.conn.receive_datagram(data, now)
             active.add(peer)
         if n:

@@ -71,6 +71,32 @@ ACK_FIELDS: list[tuple[str, str, str]] = [
 ]
 
 _COMMON = struct.Struct("!" + "".join(code for _, code, _ in COMMON_FIELDS))
+
+
+def _common_offset(name: str) -> int:
+    off = 0
+    for fname, code, _ in COMMON_FIELDS:
+        if fname == name:
+            return off
+        off += struct.calcsize("!" + code)
+    raise KeyError(name)
+
+
+# Fixed offsets in the header every packet starts with: receive loops read the type, EV and connection
+# id of each datagram without a full decode (the connection parses the header once more anyway).
+TYPE_OFFSET = _common_offset("type")
+EV_OFFSET = _common_offset("ev")
+CONN_ID_OFFSET = _common_offset("conn_id")
+_CONN_ID = struct.Struct("!I")
+
+
+def read_conn_id(data: bytes) -> int:
+    """The connection id of a datagram; raises struct.error if it is too short to hold one."""
+    return _CONN_ID.unpack_from(data, CONN_ID_OFFSET)[0]
+
+
+def read_ev(data: bytes) -> int:
+    return data[EV_OFFSET] << 8 | data[EV_OFFSET + 1]
 _DATA = struct.Struct("!" + "".join(code for _, code, _ in DATA_FIELDS))
 _ACK = struct.Struct("!" + "".join(code for _, code, _ in ACK_FIELDS))
 # Everything but the trailing CRC, which is appended after being computed over these bytes.

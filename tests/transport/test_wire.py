@@ -182,3 +182,11 @@ def test_docs_tables_match_the_field_tables() -> None:
     for fields in (DATA_FIELDS, ACK_FIELDS):
         for name, code, desc in fields:
             assert f"| `{name}` | {struct.calcsize('!' + code) * 8} | {desc} |" in doc
+
+
+def test_fixed_offsets_read_what_decode_reads() -> None:
+    data = wire.encode(wire.DataPacket(conn_id=0xDEADBEEF, psn=7, msg_id=1, frag_index=0, frag_count=1,
+                                       msg_len=3, timestamp=5, ev=513, payload=b"abc"))
+    assert wire.read_conn_id(data) == wire.decode(data).conn_id == 0xDEADBEEF
+    assert wire.read_ev(data) == 513
+    assert data[wire.TYPE_OFFSET] == wire.TYPE_DATA
