@@ -15,7 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_vagrantfile_validates():
     vagrant = shutil.which("vagrant")
     assert vagrant, "vagrant is not installed: 'make setup' installs it (apt-get install vagrant)"
-    out = subprocess.run([vagrant, "validate"], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    # --ignore-provider: a CI machine has neither VirtualBox nor libvirt, and validating the file must not
+    # depend on a hypervisor being installed.
+    out = subprocess.run(
+        [vagrant, "validate", "--ignore-provider"], cwd=ROOT, capture_output=True, text=True, timeout=180
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "validated successfully" in out.stdout
 
