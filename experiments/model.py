@@ -41,13 +41,26 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class SizedFlow:
+    """One flow of a traffic matrix: `size` bytes from host `src` to host `dst`, starting `start_s`
+    seconds after the traffic starts. `flow_id` is the matrix's own id (0 when it gave none)."""
+
+    src: str
+    dst: str
+    size: int
+    start_s: float = 0.0
+    flow_id: int = 0
+
+
+@dataclass(frozen=True)
 class Workload:
     """What the hosts send.
 
     pattern "permutation": every host sends one flow to a host on another leaf (or server), a random
     derangement drawn from the seed; "pairs": the flows listed in `pairs`; "ring": every host takes
-    part in a ring (all-reduce). `bytes_per_flow` 0 means "as much as the duration allows" (the
-    runner sizes flows from the host rate). `message_size` is the transport's message size.
+    part in a ring (all-reduce); "matrix": the flows listed in `flows`, each with its own size and
+    start (a traffic matrix, experiments.traffic). `bytes_per_flow` 0 means "as much as the duration
+    allows" (the runner sizes flows from the host rate). `message_size` is the transport's message size.
     """
 
     pattern: str = "permutation"
@@ -61,6 +74,8 @@ class Workload:
     # For all-reduce: float32 elements per rank and iterations.
     elements: int = 0
     iterations: int = 0
+    # pattern "matrix": the flows, each with its own size and start.
+    flows: tuple[SizedFlow, ...] = ()
 
 
 @dataclass(frozen=True)

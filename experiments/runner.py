@@ -52,6 +52,8 @@ class Flow:
     src: str
     dst: str
     index: int  # position among the flows leaving `src` (source ports and iperf3 ports differ)
+    size: int = 0  # this flow's bytes (a traffic matrix gives each its own); 0 = the arm's bytes_per_flow
+    start_s: float = 0.0  # when it starts, in seconds after the traffic starts (a traffic matrix's start)
 
 
 @dataclass
@@ -205,7 +207,7 @@ def start_srd(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.
                    *common)
         if ctx.bytes_per_flow:
             # A cap so that a stuck flow cannot hold the run: 3x the time it needs at the host rate.
-            cmd += ["--bytes", str(ctx.bytes_per_flow), "--duration", f"{3 * ctx.duration + 5:g}"]
+            cmd += ["--bytes", str(f.size or ctx.bytes_per_flow), "--duration", f"{3 * ctx.duration + 5:g}"]
         else:
             cmd += ["--duration", f"{ctx.duration:g}"]
         if w.request_response:
@@ -476,23 +478,28 @@ def read_endpoints(raw_dir: Path) -> dict[str, Any]:
 
 
 def plan_flows(w: Workload, topo: Topology, seed: int) -> list[Flow]:
-    if w.pattern == "pairs" and w.pairs:
-        pairs = list(w.pairs)
+    if w.pattern == "matrix":
+        specs = [(f.src, f.dst, f.size, f.start_s) for f in w.flows]
+    elif w.pattern == "pairs" and w.pairs:
+        specs = [(s, d, 0, 0.0) for s, d in w.pairs]
     elif w.pattern == "ring":
         hosts = [h.name for h in topo.hosts]
-        pairs = [(h, hosts[(i + 1) % len(hosts)]) for i, h in enumerate(hosts)]
+        specs = [(h, hosts[(i + 1) % len(hosts)], 0, 0.0) for i, h in enumerate(hosts)]
     else:
-        pairs = analysis.derangement_across(topo, seed)
+        specs = [(s, d, 0, 0.0) for s, d in analysis.derangement_across(topo, seed)]
     seen: dict[str, int] = {}
     flows = []
-    for s, d in pairs:
-        flows.append(Flow(s, d, seen.get(s, 0)))
+    for s, d, size, start in specs:
+        flows.append(Flow(s, d, seen.get(s, 0), size, start))
         seen[s] = seen.get(s, 0) + 1
     return flows
 
 
 def flow_bytes(w: Workload, topo: Topology, duration: float) -> int:
-    """Bytes per flow for sized workloads: `fill` of what the host link carries in `duration`."""
+    """Bytes per flow for sized workloads: `fill` of what the host link carries in `duration`; for a
+    traffic matrix the largest flow's (each Flow carries its own `size`)."""
+    if w.pattern == "matrix":
+        return max((f.size for f in w.flows), default=0)
     if w.bytes_per_flow:
         return w.bytes_per_flow
     if not w.fill:
