@@ -14,6 +14,8 @@ COLUMNS = (
     ("hot links", "hot_links"),
     ("compl. p50", "completion_p50_s"),
     ("compl. p99", "completion_p99_s"),
+    ("slowdown mean", "slowdown_mean"),
+    ("slowdown max", "slowdown_max"),
     ("retx", "retransmissions"),
     ("out of order", "reorder"),
     ("CPU idle min", "fidelity"),
@@ -27,7 +29,7 @@ def _fmt(key: str, value: Any) -> str:
         return f"{value / 1e6:.2f} Mb/s"
     if key == "goodput_fraction":
         return f"{value:.0%}"
-    if key == "link_imbalance":
+    if key in ("link_imbalance", "slowdown_mean", "slowdown_max"):
         return f"{value:.2f}"
     if key == "hot_links":
         return ", ".join(value) if value else "none"

@@ -5,6 +5,9 @@ results.json top level: `experiment`, `title`, `topology` (spec and the fabric a
 `seed`, `duration_s`, `fidelity` (worst over the arms), `arms` (one entry each, below), `analysis`
 (what the experiment adds: e.g. the balls-in-bins expectation), `complete`, `started`, `finished`,
 `flows`. Every arm has the keys in ARM_KEYS; see README "Experiments" for their meaning.
+
+Sized flows also get their ideal completion time and slowdown (FCT / ideal FCT, as htsim and ns-3
+report it; `add_slowdowns`), from the endpoint's own framing and minimum RTT and the fabric's rates.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from experiments import analysis
 from experiments.model import Arm
 from topologies import Topology
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: arms carry slowdown_mean / slowdown_max, sized flows ideal_fct_s / slowdown
 SERIES_BIN = 0.1  # seconds per goodput-series bin
 WARMUP_S = 1.5  # CPU samples this early in the traffic are not judged (see arm_result)
 
@@ -50,6 +53,8 @@ ARM_KEYS: dict[str, type | tuple[type, ...]] = {
     "hot_links": list,
     "completion_p50_s": OPT_NUM,
     "completion_p99_s": OPT_NUM,
+    "slowdown_mean": OPT_NUM,
+    "slowdown_max": OPT_NUM,
     "retransmissions": (int, type(None)),
     "reorder": (dict, type(None)),
     "flows": list,
@@ -113,6 +118,7 @@ def _srd_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, An
             "loss_recovery_p50_s": (snd.get("loss_recovery") or {}).get("p50"),
             "loss_recovery_p99_s": (snd.get("loss_recovery") or {}).get("p99"),
             "rtt_p50_s": (snd.get("rtt") or {}).get("p50"),
+            "min_rtt_s": state.get("min_rtt"),
             "srtt_s": srtt, "rttvar_s": rttvar,
             "rto_s": (max(0.005, srtt + 4 * rttvar) if srtt is not None and rttvar is not None else None),
             "out_of_order": rcv.get("out_of_order", 0),
@@ -123,6 +129,8 @@ def _srd_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, An
             "ev_datagrams_sent": m.get("ev_datagrams_sent", []),
             "socket_drops": (m.get("socket_drops") or 0),
             "series_bps": [round(float(x), 1) for x in series],
+            "mtu": (m.get("config") or {}).get("mtu"),
+            "message_size": (m.get("workload") or {}).get("size"),
         })
     recv_drops = sum((m.get("socket_drops") or 0) for n, m in endpoints.items() if n.startswith("recv-"))
     if flows:
@@ -162,8 +170,22 @@ def _tcp_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, An
             "stop_reason": m.get("error"),
             "retransmissions": sent.get("retransmits", 0),
             "series_bps": [round(float(x), 1) for x in series],
+            **_iperf_framing(m),
         })
     return flows
+
+
+def _iperf_framing(m: Any) -> dict[str, Any]:
+    """The client's minimum RTT (iperf3 reports the sender's RTTs in microseconds, on Linux), its MSS
+    and the path MTU, for the flow's ideal completion time."""
+    if not isinstance(m, dict):
+        return {"min_rtt_s": None, "mss": None, "pmtu": None}
+    streams = (m.get("end") or {}).get("streams") or [{}]
+    min_rtt_us = (streams[0].get("sender") or {}).get("min_rtt")
+    pmtu = next((st["pmtu"] for iv in m.get("intervals") or [] for st in iv.get("streams") or []
+                 if st.get("pmtu")), None)
+    return {"min_rtt_s": min_rtt_us / 1e6 if min_rtt_us else None,
+            "mss": (m.get("start") or {}).get("tcp_mss_default"), "pmtu": pmtu}
 
 
 def _ping_flows(raw: dict[str, Any]) -> list[dict[str, Any]]:
@@ -225,6 +247,48 @@ def _allreduce_flows(raw: dict[str, Any]) -> list[dict[str, Any]]:
     return flows
 
 
+def flow_framing(flow: dict[str, Any], kind: str) -> analysis.Framing:
+    """How this flow's endpoint cut its bytes into packets, from its own metrics (defaults otherwise)."""
+    if kind == "tcp":
+        mss = flow.get("mss") or analysis.TCP_MSS
+        return analysis.tcp_framing(mss, flow.get("pmtu") or analysis.TCP_PMTU)
+    return analysis.srd_framing(flow.get("mtu") or 1400, flow.get("message_size") or 65536)
+
+
+def add_slowdowns(flows: list[dict[str, Any]], topo: Topology, kind: str) -> dict[str, Any]:
+    """Ideal completion time and slowdown of every sized flow that completed (in place), and the arm's
+    mean and max slowdown over them.
+
+    ideal = wire bytes / bottleneck rate + base RTT, where the wire bytes are the flow's bytes plus its
+    packets' headers (this arm's transport: the SRD wire format or TCP), the bottleneck is the flow's
+    rate alone in the fabric (analysis.bottleneck_bps) and the base RTT is the endpoint's minimum
+    measured RTT, or, when it measured none, the fabric's (analysis.topology_base_rtt).
+    """
+    values = []
+    incomplete = 0
+    for f in flows:
+        f.update(ideal_fct_s=None, slowdown=None)
+        fct, size = f.get("duration_s"), f.get("bytes") or 0
+        if not f.get("completed") or fct is None or size <= 0 or not f.get("dst"):
+            incomplete += 1
+            continue
+        framing = flow_framing(f, kind)
+        rate = analysis.bottleneck_bps(topo, f["src"], f["dst"])
+        rtt, source = f.get("min_rtt_s"), "measured"
+        if not rtt:
+            rtt, source = analysis.topology_base_rtt(topo, f["src"], f["dst"], framing), "topology"
+        ideal = analysis.ideal_fct(size, framing, rate, rtt)
+        f.update(wire_bytes=analysis.wire_bytes(size, framing), bottleneck_bps=rate, base_rtt_s=rtt,
+                 base_rtt_source=source, ideal_fct_s=ideal, slowdown=analysis.slowdown(fct, ideal))
+        values.append(f["slowdown"])
+    return {
+        "slowdown_mean": float(np.mean(values)) if values else None,
+        "slowdown_max": max(values) if values else None,
+        "slowdown_flows": len(values),
+        "slowdown_incomplete": incomplete,
+    }
+
+
 def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, sized: bool) -> dict[str, Any]:
     """The results entry of one arm (an errored arm keeps its keys, with zeros and the error)."""
     entry: dict[str, Any] = {
@@ -232,7 +296,8 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
         "delivery": arm.delivery, "description": arm.describe(), "labels": dict(arm.labels),
         "error": raw.get("error"), "repetition": raw.get("repetition", 0),
         "goodput_bps": 0.0, "ideal_bps": ideal, "goodput_fraction": 0.0, "link_imbalance": 0.0,
-        "hot_links": [], "completion_p50_s": None, "completion_p99_s": None, "retransmissions": None,
+        "hot_links": [], "completion_p50_s": None, "completion_p99_s": None,
+        "slowdown_mean": None, "slowdown_max": None, "slowdown_flows": 0, "retransmissions": None,
         "reorder": None, "flows": [],
         "fidelity": analysis.fidelity_verdict([], 0.0, 0, 0).to_dict(),
     }
@@ -262,6 +327,8 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
         entry["completion_p50_s"] = analysis.percentile(fct, 50)
         entry["completion_p99_s"] = analysis.percentile(fct, 99)
         entry["completion_kind"] = "flow"
+        if arm.kind in ("srd", "tcp"):
+            entry.update(add_slowdowns(flows, topo, arm.kind))
     else:
         p50 = [f["message_p50_s"] for f in flows if f.get("message_p50_s") is not None]
         p99 = [f["message_p99_s"] for f in flows if f.get("message_p99_s") is not None]
