@@ -9,6 +9,9 @@ Conventions every user of the model relies on:
   this description alone.
 - Hosts have one or more links; a host's address is on its first link (`<host>-eth<first port>`).
 - Switch DPIDs are unique positive integers; host IPs and MACs are unique.
+- A switch's role names its tier (`ROLE_TIER`): uplinks lead from a tier to the one above it, so the
+  controller, the probe and the experiments can tell up from down without guessing from the wiring.
+- One MTU (IP packet bytes) applies to every interface of the fabric.
 """
 
 from __future__ import annotations
@@ -17,8 +20,27 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 HOST_ROLES = ("host", "gpu")
-SWITCH_ROLES = ("spine", "leaf", "tor", "local", "switch")
-FABRIC_ROLES = ("spine", "leaf", "tor")
+SWITCH_ROLES = ("spine", "leaf", "tor", "local", "switch", "edge", "agg", "core", "superspine")
+FABRIC_ROLES = ("spine", "leaf", "tor", "edge", "agg", "core", "superspine")
+# Tier of each switch role, counted up from the hosts. Two-tier fabrics are leaf (or tor) and spine;
+# a fat-tree is edge, agg and core; a three-tier Clos is leaf, spine and superspine. `switch` is a
+# generic role whose tier is unknown, so it sits with the edge switches.
+ROLE_TIER = {
+    "local": 1,
+    "leaf": 2,
+    "tor": 2,
+    "edge": 2,
+    "switch": 2,
+    "spine": 3,
+    "agg": 3,
+    "core": 4,
+    "superspine": 4,
+}
+
+DEFAULT_MTU = 1500
+# 576 is the smallest datagram every IPv4 host must accept; 9216 is the usual jumbo-frame ceiling.
+MIN_MTU = 576
+MAX_MTU = 9216
 
 
 @dataclass(frozen=True)
@@ -40,6 +62,11 @@ class Node:
     @property
     def is_switch(self) -> bool:
         return self.role in SWITCH_ROLES
+
+    @property
+    def tier(self) -> int:
+        """The switch tier of the role (`ROLE_TIER`); 0 for hosts."""
+        return ROLE_TIER.get(self.role, 0)
 
     @property
     def address(self) -> str | None:
@@ -92,6 +119,8 @@ class Topology:
     links: tuple[Link, ...]
     # Where it came from (builder name and parameters, or file), for results files.
     params: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # IP MTU of every interface (hosts and switch ports), in bytes.
+    mtu: int = DEFAULT_MTU
 
     # -- lookups -------------------------------------------------------------------------------
     def node(self, name: str) -> Node:
@@ -111,6 +140,13 @@ class Topology:
     def by_role(self, role: str) -> list[Node]:
         return [n for n in self.nodes if n.role == role]
 
+    def tiers(self) -> dict[str, list[Node]]:
+        """Switches grouped by role, highest tier first (ties in order of first appearance)."""
+        groups: dict[str, list[Node]] = {}
+        for n in self.switches:
+            groups.setdefault(n.role, []).append(n)
+        return dict(sorted(groups.items(), key=lambda item: -item[1][0].tier))
+
     def links_of(self, node: str) -> list[Link]:
         return [lk for lk in self.links if node in (lk.a, lk.b)]
 
@@ -127,6 +163,7 @@ class Topology:
         return {
             "name": self.name,
             "params": dict(self.params),
+            "mtu": self.mtu,
             "nodes": [{k: v for k, v in asdict(n).items() if v not in (None, {})} for n in self.nodes],
             "links": [{k: v for k, v in asdict(lk).items() if v is not None} for lk in self.links],
         }
@@ -139,4 +176,5 @@ class Topology:
             nodes=tuple(Node(**n) for n in data["nodes"]),
             links=tuple(Link(**lk) for lk in data["links"]),
             params=dict(data.get("params", {})),
+            mtu=data.get("mtu", DEFAULT_MTU),
         )

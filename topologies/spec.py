@@ -3,15 +3,20 @@
 A spec is either a builder with options, `leaf-spine:spines=4,leaves=4,hosts=2,rate=20` (a bare
 `leaf-spine` uses the defaults), or the path of a `.yaml`/`.yml`/`.json` fabric file.
 
-Spec keys (rates in Mbit/s, delay in ms, loss in percent, queue in packets; they apply to all links):
-  leaf-spine: spines, leaves, hosts (per leaf), rate (sets host_rate and fabric_rate), host_rate,
-              fabric_rate, delay, loss, queue
-  in-server:  servers, gpus (per server), gpu_rate, nic_rate, nics (per server), delay, loss, queue
+Spec keys (rates in Mbit/s, delay in ms, loss in percent, queue in packets; they apply to all links;
+`rate` sets every rate of the builder, a specific rate key wins):
+  leaf-spine: spines, leaves, hosts (per leaf), rate, host_rate, fabric_rate
+  in-server:  servers, gpus (per server), gpu_rate, nic_rate, nics (per server)
+  fat-tree:   k (even), rate, host_rate, agg_rate (edge-agg links), core_rate (agg-core links)
+  clos:       pods, leaves (per pod), spines (per pod), superspines (a multiple of spines), hosts (per
+              leaf), rate, host_rate, spine_rate (leaf-spine links), superspine_rate (spine-super-spine)
+  every one:  delay, loss, queue, mtu (IP MTU of every interface, bytes, default 1500)
 
 Fabric file format (YAML or JSON)::
 
     name: two-tier                # optional, defaults to the file name without its suffix
     description: a small fabric   # optional, kept in params
+    mtu: 9000                     # optional, IP MTU of every interface, default 1500, in [576, 9216]
     defaults:                     # optional; apply to links that do not say otherwise
       rate_mbps: 20               # default 20
       delay_ms: 0                 # default 0
@@ -30,10 +35,11 @@ Fabric file format (YAML or JSON)::
       - {a: leaf2, b: spine1}
 
 Node order (which decides planned addresses) is `nodes`, then `switches`, then `hosts`. Roles: hosts
-are `host` or `gpu`; switches are `spine`, `leaf`, `tor`, `local` (in-server, NVSwitch-like) or
-`switch`. Missing ip/mac/dpid come from the address plan (see topologies.builders); an ip without a
-prefix length gets /16. Missing ports are the next free port on that node: hosts count from 0,
-switches from 1, skipping ports that any link gives explicitly. Quote MAC addresses in YAML.
+are `host` or `gpu`; switches are `leaf`, `tor`, `edge`, `spine`, `agg`, `superspine`, `core`, `local`
+(in-server, NVSwitch-like) or `switch`; the role gives the tier (topologies.model.ROLE_TIER). Missing
+ip/mac/dpid come from the address plan (see topologies.builders); an ip without a prefix length gets
+/16. Missing ports are the next free port on that node: hosts count from 0, switches from 1, skipping
+ports that any link gives explicitly. Quote MAC addresses in YAML.
 """
 
 from __future__ import annotations
@@ -48,13 +54,14 @@ from typing import Any
 import yaml
 
 from topologies.builders import BUILDERS, PREFIX_LEN, assign_addresses
-from topologies.model import HOST_ROLES, SWITCH_ROLES, Link, Node, Topology
+from topologies.model import DEFAULT_MTU, HOST_ROLES, SWITCH_ROLES, Link, Node, Topology
 from topologies.validate import (
     ALL_ROLES,
     SpecError,
     check_count,
     check_delay,
     check_loss,
+    check_mtu,
     check_name,
     check_queue,
     check_rate,
@@ -70,6 +77,14 @@ DEFAULT_RATE_MBPS = 20.0
 
 Check = Callable[[Any, str, str], Any]
 
+# Keys every builder takes: impairments on every link and the fabric's MTU.
+_COMMON_KEYS: dict[str, tuple[tuple[str, ...], Check, str]] = {
+    "delay": (("delay_ms",), check_delay, "0.5"),
+    "loss": (("loss_pct",), check_loss, "1"),
+    "queue": (("queue_packets",), check_queue, "100"),
+    "mtu": (("mtu",), check_mtu, "9000"),
+}
+
 # Spec key -> (builder argument(s), check, example value).
 _SPEC_KEYS: dict[str, dict[str, tuple[tuple[str, ...], Check, str]]] = {
     "leaf-spine": {
@@ -79,9 +94,7 @@ _SPEC_KEYS: dict[str, dict[str, tuple[tuple[str, ...], Check, str]]] = {
         "rate": (("host_rate", "fabric_rate"), check_rate, "20"),
         "host_rate": (("host_rate",), check_rate, "20"),
         "fabric_rate": (("fabric_rate",), check_rate, "40"),
-        "delay": (("delay_ms",), check_delay, "0.5"),
-        "loss": (("loss_pct",), check_loss, "1"),
-        "queue": (("queue_packets",), check_queue, "100"),
+        **_COMMON_KEYS,
     },
     "in-server": {
         "servers": (("servers",), check_count, "2"),
@@ -89,13 +102,31 @@ _SPEC_KEYS: dict[str, dict[str, tuple[tuple[str, ...], Check, str]]] = {
         "gpu_rate": (("gpu_rate",), check_rate, "100"),
         "nic_rate": (("nic_rate",), check_rate, "20"),
         "nics": (("nics_per_server",), check_count, "1"),
-        "delay": (("delay_ms",), check_delay, "0.5"),
-        "loss": (("loss_pct",), check_loss, "1"),
-        "queue": (("queue_packets",), check_queue, "100"),
+        **_COMMON_KEYS,
+    },
+    "fat-tree": {
+        "k": (("k",), check_count, "4"),
+        "rate": (("host_rate", "agg_rate", "core_rate"), check_rate, "20"),
+        "host_rate": (("host_rate",), check_rate, "20"),
+        "agg_rate": (("agg_rate",), check_rate, "20"),
+        "core_rate": (("core_rate",), check_rate, "20"),
+        **_COMMON_KEYS,
+    },
+    "clos": {
+        "pods": (("pods",), check_count, "2"),
+        "leaves": (("leaves",), check_count, "2"),
+        "spines": (("spines",), check_count, "2"),
+        "superspines": (("superspines",), check_count, "4"),
+        "hosts": (("hosts_per_leaf",), check_count, "2"),
+        "rate": (("host_rate", "spine_rate", "superspine_rate"), check_rate, "20"),
+        "host_rate": (("host_rate",), check_rate, "20"),
+        "spine_rate": (("spine_rate",), check_rate, "20"),
+        "superspine_rate": (("superspine_rate",), check_rate, "20"),
+        **_COMMON_KEYS,
     },
 }
 
-_FILE_KEYS = ("name", "description", "params", "defaults", "nodes", "switches", "hosts", "links")
+_FILE_KEYS = ("name", "description", "params", "mtu", "defaults", "nodes", "switches", "hosts", "links")
 _DEFAULT_KEYS = ("rate_mbps", "delay_ms", "loss_pct", "queue_packets")
 _NODE_KEYS = tuple(f.name for f in dataclasses.fields(Node))
 _LINK_KEYS = tuple(f.name for f in dataclasses.fields(Link))
@@ -285,9 +316,10 @@ def load(path: str | Path) -> Topology:
         params = {**params, "file": str(path)}
         if "description" in data:
             params["description"] = data["description"]
+        mtu = check_mtu(data.get("mtu", DEFAULT_MTU), "mtu", "mtu: 9000")
         nodes = _nodes_from(data)
         links = _links_from(data, nodes)
-        topo = validate(Topology(name, assign_addresses(nodes), tuple(links), params))
+        topo = validate(Topology(name, assign_addresses(nodes), tuple(links), params, mtu))
     except SpecError as exc:
         raise SpecError(f"{path}: {exc}") from None
     log.debug("loaded %s from %s: %d nodes, %d links", topo.name, path, len(topo.nodes), len(topo.links))
@@ -308,7 +340,7 @@ def load_json(path: str | Path) -> Topology:
     data = _read(path)
     try:
         data = _mapping(data, "the top level", '{"name": ..., "nodes": [...], "links": [...]}')
-        check_unknown_keys(data, ("name", "params", "nodes", "links"), "the top level")
+        check_unknown_keys(data, ("name", "params", "mtu", "nodes", "links"), "the top level")
         for key in ("name", "nodes", "links"):
             if key not in data:
                 raise SpecError(f"missing key {key!r} at the top level; write the file with topologies.dump()")

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from topologies.model import HOST_ROLES, SWITCH_ROLES, Link, Node, Topology
+from topologies.model import HOST_ROLES, MAX_MTU, MIN_MTU, SWITCH_ROLES, Link, Node, Topology
 
 # Names end up in shell commands and interface names, so keep them to a safe alphabet.
 NAME_RE = re.compile(r"[a-z][a-z0-9]*\Z")
@@ -92,6 +92,13 @@ def check_queue(value: Any, field: str, example: str) -> int | None:
     if value is None:
         return None
     return int(check_number(value, field, example=example, integer=True, minimum=1, unit="packets"))
+
+
+def check_mtu(value: Any, field: str, example: str) -> int:
+    mtu = int(check_number(value, field, example=example, integer=True))
+    if not MIN_MTU <= mtu <= MAX_MTU:
+        raise SpecError(f"{field}={mtu} must be in [{MIN_MTU}, {MAX_MTU}] bytes; use e.g. {example}")
+    return mtu
 
 
 def check_unknown_keys(given: Iterable[str], known: Iterable[str], where: str) -> None:
@@ -256,6 +263,7 @@ def validate(topo: Topology) -> Topology:
         raise SpecError(f"expected a Topology, got {type(topo).__name__}")
     if not isinstance(topo.name, str) or not topo.name.strip() or len(topo.name.splitlines()) != 1:
         raise SpecError(f"topology name {topo.name!r} must be a non-empty single-line string")
+    check_mtu(topo.mtu, "mtu", "mtu=9000")
     if not topo.nodes:
         raise SpecError("topology has no nodes; add at least one switch and one host")
     nodes: dict[str, Node] = {}

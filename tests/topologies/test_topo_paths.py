@@ -10,7 +10,9 @@ from topologies import (
     Link,
     Node,
     Topology,
+    clos,
     equal_cost_paths,
+    fat_tree,
     in_server,
     leaf_spine,
     link_at,
@@ -63,6 +65,41 @@ def test_in_server_paths() -> None:
     assert len(equal_cost_paths(two_nics, "s1g1", "s2g1")) == 1
     assert path_count(two_nics, "s1g1", "s2g1") == 4
     assert [lk.port("nv1") for lk in next_hops(two_nics, "nv1", "s2g1")] == [3, 4]
+
+
+def test_fat_tree_paths_cross_every_core_between_pods() -> None:
+    topo = fat_tree(k=4)
+    # h1 (p1e1) to h16 (p4e2): 2 aggregation choices x 2 core choices, one path per core.
+    paths = equal_cost_paths(topo, "h1", "h16")
+    assert paths == [
+        ["h1", "p1e1", "p1a1", "c1", "p4a1", "p4e2", "h16"],
+        ["h1", "p1e1", "p1a1", "c2", "p4a1", "p4e2", "h16"],
+        ["h1", "p1e1", "p1a2", "c3", "p4a2", "p4e2", "h16"],
+        ["h1", "p1e1", "p1a2", "c4", "p4a2", "p4e2", "h16"],
+    ]
+    assert path_count(topo, "h1", "h16") == 4 and shortest_path_length(topo, "h1", "h16") == 6
+    assert nodes_on_paths(topo, "h1", "h16", role="core") == ["c1", "c2", "c3", "c4"]
+    assert nodes_on_paths(topo, "h1", "h16", role="agg") == ["p1a1", "p1a2", "p4a1", "p4a2"]
+    # Within a pod the paths turn at the aggregation tier; on one edge switch there is one path.
+    assert equal_cost_paths(topo, "h1", "h3") == [
+        ["h1", "p1e1", "p1a1", "p1e2", "h3"],
+        ["h1", "p1e1", "p1a2", "p1e2", "h3"],
+    ]
+    assert equal_cost_paths(topo, "h1", "h2") == [["h1", "p1e1", "h2"]]
+    assert [lk.peer("p1e1") for lk in next_hops(topo, "p1e1", "h16")] == ["p1a1", "p1a2"]
+    assert [lk.peer("p1a2") for lk in next_hops(topo, "p1a2", "h16")] == ["c3", "c4"]
+    assert [lk.peer("c3") for lk in next_hops(topo, "c3", "h16")] == ["p4a2"]
+    # Losing p4a2-c3 leaves three paths: c3 is no longer on a shortest path to pod 4.
+    down = set(topo.links_between("p4a2", "c3"))
+    assert [p[3] for p in equal_cost_paths(topo, "h1", "h16", down)] == ["c1", "c2", "c4"]
+
+
+def test_clos_paths() -> None:
+    topo = clos(pods=2, leaves=2, spines=2, superspines=6, hosts_per_leaf=1)
+    assert path_count(topo, "h1", "h4") == 2 * 3
+    assert nodes_on_paths(topo, "h1", "h4", role="superspine") == [f"ss{x}" for x in range(1, 7)]
+    assert path_count(topo, "h1", "h2") == 2
+    assert nodes_on_paths(topo, "h1", "h2", role="superspine") == []
 
 
 def test_next_hops_and_down_links() -> None:
@@ -135,6 +172,15 @@ def test_unknown_node() -> None:
         next_hops(topo, "leaf1", "nope")
     with pytest.raises(KeyError, match="no link on leaf1 port 99"):
         link_at(topo, "leaf1", 99)
+
+
+def test_fast_for_a_k8_fat_tree() -> None:
+    topo = fat_tree(k=8)
+    start = time.perf_counter()
+    table = routing_table(topo)
+    assert len(equal_cost_paths(topo, "h1", "h128")) == 16
+    assert time.perf_counter() - start < 2.0
+    assert len(table["p1e1"]["h128"]) == 4 and len(table["p1a1"]["h128"]) == 4 and len(table["c1"]["h128"]) == 1
 
 
 def test_fast_for_a_hundred_switches() -> None:

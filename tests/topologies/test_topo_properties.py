@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 
 from topologies import (
     Topology,
+    clos,
     dump,
     equal_cost_paths,
+    fat_tree,
     in_server,
     leaf_spine,
     load_json,
@@ -83,6 +85,47 @@ def test_in_server_properties(servers: int, gpus: int, nics: int) -> None:
         else:
             assert paths[0][2] == "tor1"
             assert path_count(topo, a, b) == nics * nics
+
+
+@SETTINGS
+@given(
+    pods=st.integers(1, 3),
+    leaves=st.integers(1, 3),
+    spines=st.integers(1, 3),
+    per_plane=st.integers(1, 3),
+    hosts=st.integers(1, 2),
+)
+def test_clos_properties(pods: int, leaves: int, spines: int, per_plane: int, hosts: int) -> None:
+    topo = clos(pods, leaves, spines, spines * per_plane, hosts)
+    assert validate(topo) is topo
+    assert len(topo.hosts) == pods * leaves * hosts
+    assert len(topo.links) == len(topo.hosts) + pods * leaves * spines + pods * spines * per_plane
+    _unique_addresses(topo)
+    assert Topology.from_dict(topo.to_dict()) == topo
+    names = [h.name for h in topo.hosts]
+    for a, b in itertools.islice(itertools.combinations(names, 2), 40):
+        la, lb = topo.node(a).labels, topo.node(b).labels
+        if la == lb:
+            expected, hops = 1, 2
+        elif la["pod"] == lb["pod"]:
+            expected, hops = spines, 4
+        else:
+            expected, hops = spines * per_plane, 6
+        assert len(equal_cost_paths(topo, a, b)) == expected == path_count(topo, a, b)
+        assert shortest_path_length(topo, a, b) == hops
+
+
+@settings(max_examples=4, deadline=None)
+@given(k=st.sampled_from([2, 4, 6, 8]))
+def test_fat_tree_properties(k: int) -> None:
+    topo = fat_tree(k)
+    half = k // 2
+    assert validate(topo) is topo
+    _unique_addresses(topo)
+    first, last = topo.hosts[0].name, topo.hosts[-1].name
+    assert path_count(topo, first, last) == half * half
+    leaf = topo.host_switch(first)[0]
+    assert len(next_hops(topo, leaf, last)) == half
 
 
 @settings(max_examples=15, deadline=None)

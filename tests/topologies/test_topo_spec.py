@@ -13,8 +13,10 @@ from topologies import (
     Node,
     SpecError,
     Topology,
+    clos,
     dump,
     equal_cost_paths,
+    fat_tree,
     leaf_spine,
     load,
     load_json,
@@ -63,6 +65,45 @@ def test_spec_keys_map_to_builder_arguments() -> None:
     assert len(topo.hosts) == 6
     assert len(topo.links_between("nv3", "tor1")) == 2
     assert parse_spec("leaf_spine:spines=1").params["spines"] == 1
+
+
+def test_three_tier_specs() -> None:
+    topo = parse_spec("fat-tree:k=6,rate=10,core_rate=30,mtu=9000")
+    assert topo == fat_tree(k=6, host_rate=10, agg_rate=10, core_rate=30, mtu=9000)
+    assert topo.mtu == 9000 and topo.params["spec"] == "fat-tree:k=6,rate=10,core_rate=30,mtu=9000"
+    assert parse_spec("fat-tree") == fat_tree(k=4)
+    assert parse_spec("fat_tree:k=2") == fat_tree(k=2)
+    topo = parse_spec("clos:pods=3,leaves=4,spines=2,superspines=2,hosts=1,spine_rate=40,delay=1,queue=50")
+    assert topo == clos(3, 4, 2, 2, 1, spine_rate=40, delay_ms=1, queue_packets=50)
+    assert (topo.params["host_rate"], topo.params["spine_rate"], topo.params["superspine_rate"]) == (20, 40, 20)
+    # A specific rate wins over `rate` whichever comes first.
+    assert parse_spec("clos:superspine_rate=5,rate=10").params["superspine_rate"] == 5.0
+
+
+def test_mtu_in_every_spec_and_file(tmp_path: Path) -> None:
+    assert parse_spec("leaf-spine").mtu == 1500
+    assert parse_spec("leaf-spine:mtu=9000,spines=2").mtu == 9000
+    assert parse_spec("in-server:mtu=576").mtu == 576
+    assert parse_spec("clos:mtu=9216").mtu == 9216
+    path = tmp_path / "jumbo.yaml"
+    path.write_text("mtu: 9000\n" + YAML_FABRIC)
+    assert load(path).mtu == 9000
+    assert load(tmp_path / "jumbo.yaml") != load(_write(tmp_path / "small.yaml", YAML_FABRIC))
+    assert load(tmp_path / "small.yaml").mtu == 1500
+    # The JSON hand-off keeps it, and a dump without the key reads back with the default.
+    back = load_json(dump(parse_spec("fat-tree:k=2,mtu=4000"), tmp_path / "t.json"))
+    assert back.mtu == 4000 and back == fat_tree(k=2, mtu=4000)
+    data = leaf_spine().to_dict()
+    del data["mtu"]
+    assert load_json(_write(tmp_path / "old.json", json.dumps(data))).mtu == 1500
+    data["mtu"] = 100
+    with pytest.raises(SpecError, match=r"old\.json: mtu=100 must be in \[576, 9216\] bytes"):
+        load_json(_write(tmp_path / "old.json", json.dumps(data)))
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
 
 
 def test_yaml_fabric(tmp_path: Path) -> None:
@@ -115,6 +156,9 @@ def test_dump_and_load_json_round_trip(tmp_path: Path) -> None:
 def test_to_dict_from_dict_round_trip() -> None:
     topo = leaf_spine(delay_ms=1, queue_packets=10)
     assert validate(Topology.from_dict(topo.to_dict())) == topo
+    jumbo = clos(mtu=9000)
+    assert jumbo.to_dict()["mtu"] == 9000
+    assert Topology.from_dict(json.loads(json.dumps(jumbo.to_dict()))) == jumbo
     assert Topology.from_dict(json.loads(json.dumps(topo.to_dict()))) == topo
 
 
@@ -141,7 +185,26 @@ L2 = Link("h2", 0, "s1", 2, 10.0)
 # (spec or file body, expected one-line fragment). A file body is a dict written as JSON.
 BAD_SPECS = [
     ("", "empty topology spec"),
-    ("fat-tree:k=4", "unknown topology 'fat-tree'; builders: in-server, leaf-spine"),
+    ("mesh:k=4", "unknown topology 'mesh'; builders: clos, fat-tree, in-server, leaf-spine"),
+    ("fat-tree:k=3", "k=3 must be even (k pods of k/2 edge and k/2 aggregation switches); use e.g. k=4"),
+    ("fat-tree:k=0", "k=0 must be >= 1; use e.g. k=4"),
+    ("fat-tree:k=four", "k='four' is not a whole number; use e.g. k=4"),
+    (
+        "fat-tree:spines=2",
+        "unknown key 'spines' in fat-tree spec; known keys: agg_rate, core_rate, delay, host_rate, k",
+    ),
+    ("fat-tree:core_rate=-1", "core_rate=-1 must be > 0 Mbit/s"),
+    ("fat-tree:k=64", "65536 hosts do not fit the address plan"),
+    ("clos:superspines=3", "superspines=3 must be a multiple of spines=2"),
+    ("clos:spines=3,superspines=4", "superspines=4 must be a multiple of spines=3 (spine j of every pod links"),
+    ("clos:spines=3,superspines=7", "super-spines); use e.g. superspines=9"),
+    ("clos:k=4", "unknown key 'k' in clos spec; known keys: delay, host_rate, hosts, leaves, loss, mtu, pods"),
+    ("clos:pods=0", "pods=0 must be >= 1"),
+    ("clos:spine_rate=0", "spine_rate=0 must be > 0 Mbit/s"),
+    ("leaf-spine:mtu=100", "mtu=100 must be in [576, 9216] bytes; use e.g. mtu=9000"),
+    ("in-server:mtu=10000", "mtu=10000 must be in [576, 9216] bytes"),
+    ("fat-tree:mtu=1500.5", "mtu=1500.5 is not a whole number"),
+    ("clos:mtu=jumbo", "mtu='jumbo' is not a whole number; use e.g. mtu=9000"),
     ("leaf-spine:spine=2", "unknown key 'spine' in leaf-spine spec; known keys: delay, fabric_rate"),
     ("in-server:hosts=2", "unknown key 'hosts' in in-server spec; known keys: delay, gpu_rate, gpus"),
     ("leaf-spine:spines", "malformed option 'spines'"),
@@ -274,6 +337,15 @@ BAD_SPECS = [
     ({"hosts": [], "switches": {"s1": "leaf"}}, "topology has no hosts"),
     ({"hosts": ["h1", "h2"], "links": [{"a": "h1", "b": "h2"}]}, "joins two hosts"),
     ([1, 2], "the top level must be a mapping"),
+    (
+        {"mtu": 20000, "hosts": ["h1"], "switches": {"s1": "leaf"}, "links": [{"a": "h1", "b": "s1"}]},
+        "mtu=20000 must be in [576, 9216] bytes; use e.g. mtu: 9000",
+    ),
+    (
+        {"mtu": "9000", "hosts": ["h1"], "switches": {"s1": "leaf"}, "links": [{"a": "h1", "b": "s1"}]},
+        "mtu='9000' is not a whole number",
+    ),
+    ({"switches": {"s1": "router"}}, "switches.s1 role 'router' is not a switch role; roles: spine, leaf, tor"),
 ]
 
 
@@ -337,6 +409,9 @@ def test_bad_json_and_suffix(tmp_path: Path) -> None:
         (_topo([H1, S1, H2], [L1, Link("h2", 0, "s1", 2, 10.0, queue_packets=2.5)]), "queue_packets=2.5"),
         (_topo([H1, S1], [L1, Link("h1", 1, "s2", 1, 10.0)]), "ends at unknown node 's2'"),
         (_topo([H1, S1, H2], []), "host h1 has no link"),
+        (Topology("t", (H1, S1, H2), (L1, L2), mtu=9000), None),
+        (Topology("t", (H1, S1, H2), (L1, L2), mtu=100), "mtu=100 must be in [576, 9216] bytes"),
+        (Topology("t", (H1, S1, H2), (L1, L2), mtu=True), "mtu=True is not a whole number"),
     ],
 )
 def test_validate_topology_objects(topo: Topology, fragment: str | None) -> None:
