@@ -13,6 +13,7 @@ from typing import Any
 from emulator.errors import EmulatorError
 from experiments.model import Arm, Experiment
 from experiments.runner import Reporter
+from experiments.traffic import TrafficError
 from topologies import SpecError
 
 USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError)
@@ -24,7 +25,7 @@ class ExperimentNotFound(LookupError):
     pass
 
 
-USER_ERRORS = (*USER_ERRORS, ExperimentNotFound)
+USER_ERRORS = (*USER_ERRORS, ExperimentNotFound, TrafficError)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"down and keeps the finished arms. Experiments: {names}.")
     p.add_argument("name", metavar="NAME", help="experiment name (see `fabriclab list`)")
     _common(p)
+    p.add_argument("--traffic", type=Path, default=None, metavar="FILE.cm",
+                   help="flows from a traffic matrix in htsim's connection-matrix format ('Nodes N', "
+                   "'Connections C', then 'SRC->DST start PS size BYTES'; host i = the topology's i-th host) "
+                   "instead of the experiment's own; the duration defaults to the matrix's makespan")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("list", help="list the experiments", description="List the experiments with their "
@@ -127,6 +132,11 @@ def _run(args: argparse.Namespace) -> int:
         raise ExperimentNotFound(f"no experiment '{args.name}'; choose one of {', '.join(catalogue.CATALOGUE)} "
                                  "(see `fabriclab list`)")
     exp, topo = driver.prepare(args.name, args.topo, args.duration, args.seed, args.repetitions)
+    if getattr(args, "traffic", None) is not None:
+        from experiments import traffic
+
+        matrix = traffic.load(args.traffic, hosts=len(topo.hosts))
+        exp = traffic.apply(exp, topo, matrix, keep_duration=args.duration is not None)
     signal.signal(signal.SIGTERM, _on_sigterm)
     reporter = None if args.no_progress else RichReporter()
     try:

@@ -1,0 +1,186 @@
+"""Traffic matrices in htsim's connection-matrix format: parsing, the one-line errors, the round trip,
+and the workload they become (no root: nothing here brings a fabric up)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from experiments import driver, runner, traffic
+from experiments.traffic import Connection, TrafficError, TrafficMatrix
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "docs" / "examples" / "permutation-6.cm"
+FABRICLAB = [sys.executable, "-m", "experiments.cli"]
+
+
+def test_the_example_matrix_fits_the_demo_fabric():
+    exp, topo = driver.prepare("ecmp-vs-spray")
+    m = traffic.load(EXAMPLE, hosts=len(topo.hosts))
+    assert m.nodes == 6 and len(m.connections) == 6
+    assert m.connections[0] == Connection(0, 4, 2_000_000, 0.0, 1)
+    # Every host sends once and receives once, always to the other leaf.
+    leaf = {h.name: h.labels["leaf"] for h in topo.hosts}
+    w = traffic.workload(m, topo, exp.workload)
+    assert sorted(f.src for f in w.flows) == sorted(f.dst for f in w.flows) == [h.name for h in topo.hosts]
+    assert all(leaf[f.src] != leaf[f.dst] for f in w.flows)
+
+
+def test_htsim_variants_parse():
+    text = (
+        "# comment\n\nNodes 4\nConnections 3\nTriggers 0\n"
+        "0->1 start 0.000000 size 1000\n"
+        "1->2 id 7 start 250 size 2000 prio 3\n"
+        "3->0\tsize 5\t start 1.5e3 id 9\r\n"
+    )
+    m = traffic.parse(text, "x.cm", hosts=4)
+    assert [(c.src, c.dst, c.size, c.start_ps, c.flow_id) for c in m.connections] == [
+        (0, 1, 1000, 0.0, 0), (1, 2, 2000, 250.0, 7), (3, 0, 5, 1500.0, 9)]
+    assert m.connections[1].start_s == pytest.approx(250e-12)
+
+
+BAD = [
+    # (matrix text, line the error names, fragment of the message)
+    ("", 1, "no 'Nodes' line"),
+    ("Nodes 6\n", 1, "no 'Connections' line"),
+    ("Nodes six\nConnections 1\n0->1 start 0 size 1\n", 1, "one whole number"),
+    ("Nodes 8\nConnections 1\n0->1 start 0 size 1\n", 1, "topology has 6 hosts"),
+    ("Nodes 6\nNodes 6\n", 2, "second 'Nodes'"),
+    ("Nodes 6\nConnections 2\n0->1 start 0 size 10\n", 2, "set it to 1"),
+    ("Nodes 6\nConnections 1\n0->1 start 0 size 10\n1->2 start 0 size 10\n", 2, "set it to 2"),
+    ("Nodes 6\nConnections 0\n", 2, "no connections"),
+    ("0->1 start 0 size 10\nNodes 6\nConnections 1\n", 1, "before the 'Nodes N'"),
+    ("Nodes 6\nConnections 1\n0->6 start 0 size 10\n", 3, "destination host 6 is out of range"),
+    ("Nodes 6\nConnections 1\n9->1 start 0 size 10\n", 3, "source host 9 is out of range"),
+    ("Nodes 6\nConnections 1\n2->2 start 0 size 10\n", 3, "sends to itself"),
+    ("Nodes 6\nConnections 1\n0->1 start 0 size 0\n", 3, "size '0'"),
+    ("Nodes 6\nConnections 1\n0->1 start 0 size -5\n", 3, "size '-5'"),
+    ("Nodes 6\nConnections 1\n0->1 start 0 size 2e6\n", 3, "size '2e6'"),
+    ("Nodes 6\nConnections 1\n0->1 start 0\n", 3, "no size"),
+    ("Nodes 6\nConnections 1\n0->1 size 10\n", 3, "no start time"),
+    ("Nodes 6\nConnections 1\n0->1 start -1 size 10\n", 3, "start '-1'"),
+    ("Nodes 6\nConnections 1\n0->1 start soon size 10\n", 3, "start 'soon'"),
+    ("Nodes 6\nConnections 1\n0->1 start 0 size 10 sise 4\n", 3, "unknown key 'sise'"),
+    ("Nodes 6\nConnections 1\n0->1 start 0 size 10 size 4\n", 3, "given twice"),
+    ("Nodes 6\nConnections 1\n0->1 start 0 size\n", 3, "'size' has no value"),
+    ("Nodes 6\nConnections 1\n0->1 id 0 start 0 size 10\n", 3, "htsim refuses id 0"),
+    ("Nodes 6\nConnections 2\n0->1 id 3 start 0 size 10\n1->0 id 3 start 0 size 10\n", 4, "flow id 3 is used again"),
+    ("Nodes 6\nConnections 1\n0->1 id 1 trigger 2\n", 3, "triggers"),
+    ("Nodes 6\nConnections 1\n0->1 start 0 size 10 send_done_trigger 1\n", 3, "triggers are not supported"),
+    ("Nodes 6\nConnections 1\n0->1 start 0 size 10 msg 2\n", 3, "'msg'"),
+    ("Nodes 6\nConnections 1\nTriggers 1\n", 3, "triggers are not supported"),
+    ("Nodes 6\nConnections 1\nFailures 2\n", 3, "link failures"),
+    ("Nodes 6\nConnections 1\n0->1 start 0 size 10\ntrigger id 1 oneshot\n", 4, "'trigger' lines"),
+    ("Nodes 6\nConnections 1\n0-1 start 0 size 10\n", 3, "unknown line"),
+    ("Nodes 6\nConnections 1\na->1 start 0 size 10\n", 3, "not 'SRC->DST'"),
+    ("Nodes 6\nConnections 1\n0->1 start 0 size 10\nConnections 1\n", 4, "after the first connection"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "fragment"), BAD, ids=[f"{i}-{b[2]}" for i, b in enumerate(BAD)])
+def test_malformed_matrices_get_one_line_naming_file_line_and_fix(text, line, fragment):
+    with pytest.raises(TrafficError) as err:
+        traffic.parse(text, "perm.cm", hosts=6)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"perm.cm:{line}: "), msg
+    assert fragment in msg, msg
+
+
+def test_missing_and_unreadable_files(tmp_path):
+    with pytest.raises(TrafficError, match=r"nowhere\.cm: no such file"):
+        traffic.load(tmp_path / "nowhere.cm")
+    binary = tmp_path / "bin.cm"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(TrafficError, match=r"bin\.cm: cannot read it"):
+        traffic.load(binary)
+
+
+@st.composite
+def matrices(draw) -> TrafficMatrix:
+    nodes = draw(st.integers(2, 64))
+    host = st.integers(0, nodes - 1)
+    n = draw(st.integers(1, 40))
+    ids = draw(st.lists(st.integers(1, 10**6), min_size=n, max_size=n, unique=True))
+    conns = []
+    for i in range(n):
+        src = draw(host)
+        dst = draw(host.filter(lambda d, s=src: d != s))
+        start = draw(st.one_of(st.just(0.0), st.integers(0, 10**15).map(float),
+                               st.floats(0, 1e15, allow_nan=False, allow_infinity=False)))
+        conns.append(Connection(src, dst, draw(st.integers(1, 2**40)), start,
+                                ids[i] if draw(st.booleans()) else 0))
+    return TrafficMatrix(nodes, tuple(conns), "gen.cm")
+
+
+@settings(max_examples=150, deadline=None)
+@given(matrices())
+def test_round_trip(m):
+    text = traffic.dumps(m)
+    assert traffic.parse(text, "gen.cm", hosts=m.nodes) == m
+    assert traffic.dumps(traffic.parse(text, "gen.cm")) == text
+
+
+def test_the_matrix_replaces_the_planned_flows_and_sets_the_duration():
+    exp, topo = driver.prepare("ecmp-vs-spray")
+    text = "Nodes 6\nConnections 3\n0->3 start 0 size 3000000\n0->4 start 0 size 1000000\n5->0 start 0 size 500000\n"
+    out = traffic.apply(exp, topo, traffic.parse(text, "t.cm", hosts=6))
+    flows = runner.plan_flows(out.workload, topo, out.seed)
+    assert [(f.src, f.dst, f.index, f.size) for f in flows] == [
+        ("h1", "h4", 0, 3_000_000), ("h1", "h5", 1, 1_000_000), ("h6", "h1", 0, 500_000)]
+    assert runner.flow_bytes(out.workload, topo, out.duration_s) == 3_000_000
+    # h1 sends 4 MB (plus headers) over its 6 Mb/s link: the makespan, rounded up to 0.1 s.
+    assert out.duration_s == pytest.approx(5.7)
+    assert out.extra["traffic_matrix"] == {"file": "t.cm", "nodes": 6, "connections": 3}
+    kept = traffic.apply(exp, topo, traffic.parse(text, "t.cm", hosts=6), keep_duration=True)
+    assert kept.duration_s == exp.duration_s
+    # The experiment's own definition is untouched.
+    assert exp.workload.pattern == "permutation"
+
+
+def test_arms_with_their_own_workload_get_the_matrix_too():
+    exp, topo = driver.prepare("loss-recovery")
+    m = traffic.parse("Nodes 2\nConnections 1\n1->0 start 0 size 1000\n", "t.cm", hosts=len(topo.hosts))
+    out = traffic.apply(exp, topo, m)
+    for arm in out.arms:
+        w = arm.workload or out.workload
+        assert [(f.src, f.dst, f.size) for f in runner.plan_flows(w, topo, 1)] == [("h2", "h1", 1000)]
+
+
+def test_experiments_without_flows_and_later_starts_are_refused():
+    exp, topo = driver.prepare("in-server")
+    m = traffic.parse(f"Nodes {len(topo.hosts)}\nConnections 1\n0->1 start 0 size 10\n", "t.cm")
+    with pytest.raises(TrafficError, match="runs allreduce, ping arms"):
+        traffic.apply(exp, topo, m)
+    exp, topo = driver.prepare("ecmp-vs-spray")
+    late = traffic.parse("Nodes 6\nConnections 2\n0->3 start 0 size 10\n1->4 start 5e9 size 10\n", "t.cm")
+    if not getattr(runner, "FLOW_START_OFFSETS", False):
+        with pytest.raises(TrafficError, match=r"t.cm: connection 2 \(1->4\) starts at 5e\+09 ps: .*not supported yet"):
+            traffic.apply(exp, topo, late)
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("Nodes 6\nConnections 1\n0->7 start 0 size 10\n", "perm.cm:3: destination host 7 is out of range"),
+    ("Nodes 4\nConnections 1\n0->1 start 0 size 10\n", "perm.cm:1: Nodes 4, but the topology has 6 hosts"),
+    ("Nodes 6\nConnections 1\n0->1 start 0 size 10 color red\n", "perm.cm:3: unknown key 'color'"),
+])
+def test_cli_refuses_a_bad_matrix_before_anything_starts(tmp_path, text, fragment):
+    bad = tmp_path / "perm.cm"
+    bad.write_text(text)
+    out = subprocess.run([*FABRICLAB, "run", "ecmp-vs-spray", "--traffic", str(bad), "--no-progress"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out
+    err = out.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("fabriclab run: error: ") and fragment in err, err
+
+
+def test_cli_names_a_missing_matrix(tmp_path):
+    out = subprocess.run([*FABRICLAB, "run", "ecmp-vs-spray", "--traffic", str(tmp_path / "none.cm")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "none.cm" in out.stderr
