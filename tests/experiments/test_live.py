@@ -82,3 +82,33 @@ def test_allreduce_equals_numpy(tmp_path):
     for a in by.values():
         assert a["correct"] is True
         assert a["iteration_s"] and a["bound_s"] and a["iteration_s"] >= a["bound_s"] * 0.95
+
+
+def test_run_with_a_traffic_matrix(tmp_path):
+    # A small htsim connection matrix through the command line: each flow carries its own size in every
+    # arm (transport and TCP), and the sized flows get slowdowns.
+    import json
+    import subprocess
+    import sys
+
+    cm = tmp_path / "small.cm"
+    cm.write_text("Nodes 6\nConnections 3\n0->3 id 1 start 0 size 300000\n1->4 id 2 start 0 size 150000\n"
+                  "5->2 id 3 start 0 size 300000\n")
+    out = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "ecmp-vs-spray", "--traffic", str(cm),
+                          "--out", str(tmp_path / "results"), "--json", "--no-progress"],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert results.validate_results(doc) == [], results.validate_results(doc)
+    assert doc["complete"] and doc["extra"]["traffic_matrix"]["connections"] == 3
+    want = [("h1", "h4", 300000), ("h2", "h5", 150000), ("h6", "h3", 300000)]
+    for a in doc["arms"]:
+        assert a["error"] is None, f"{a['name']}: {a['error']}"
+        got = sorted((f["src"], f["dst"], f["bytes"]) for f in a["flows"])
+        assert [g[:2] for g in got] == [w[:2] for w in want], a["name"]
+        for (_, _, size), (_, _, wanted) in zip(got, want, strict=True):
+            # iperf3 -n may finish the 128 KiB block it is writing; the transport sends exactly.
+            assert wanted <= size < wanted + (131072 if a["kind"] == "tcp" else 1), (a["name"], got)
+        assert a["completion_kind"] == "flow" and a["slowdown_flows"] == 3
+        assert a["slowdown_max"] >= a["slowdown_mean"] >= 0.95
+        assert all(f["base_rtt_s"] > 0 and f["ideal_fct_s"] > 0 for f in a["flows"])
