@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from experiments import analysis
@@ -61,6 +61,7 @@ class Connection:
     size: int
     start_ps: float = 0.0
     flow_id: int = 0
+    line: int = field(default=0, compare=False)  # where it was read (for errors); 0 = not from a file
 
     @property
     def start_s(self) -> float:
@@ -186,7 +187,7 @@ def _connection(tokens: list[str], nodes: int, source: str, n: int) -> Connectio
     if "prio" in values:
         log.warning("%s:%d: 'prio %s' ignored: the emulated fabric has no priority queues", source, n,
                     values["prio"])
-    return Connection(src, dst, int(size_txt), float(start_txt), flow_id)
+    return Connection(src, dst, int(size_txt), float(start_txt), flow_id, n)
 
 
 def _short(text: str, limit: int = 24) -> str:
@@ -255,10 +256,9 @@ def apply(exp: Experiment, topo: Topology, matrix: TrafficMatrix, keep_duration:
     late = [c for c in matrix.connections if c.start_ps > 0]
     # The runner declares FLOW_START_OFFSETS once its starters delay each flow by Flow.start_s.
     if late and not getattr(runner, "FLOW_START_OFFSETS", False):
-        i = matrix.connections.index(late[0])
-        raise TrafficError(f"{matrix.source}: connection {i + 1} ({late[0].src}->{late[0].dst}) starts at "
-                           f"{late[0].start_ps:g} ps: flows that start later are not supported yet; set every "
-                           "start to 0")
+        c = late[0]
+        raise _error(matrix.source, c.line, f"{c.src}->{c.dst} starts at {c.start_ps:g} ps: flows that start "
+                     "later than the others are not supported yet; set every start to 0")
     w = workload(matrix, topo, exp.workload)
     arms = [replace(a, workload=w) if a.workload is not None else a for a in exp.arms]
     extra = {**exp.extra, "traffic_matrix": {"file": matrix.source, "nodes": matrix.nodes,

@@ -159,8 +159,11 @@ def test_experiments_without_flows_and_later_starts_are_refused():
         traffic.apply(exp, topo, m)
     exp, topo = driver.prepare("ecmp-vs-spray")
     late = traffic.parse("Nodes 6\nConnections 2\n0->3 start 0 size 10\n1->4 start 5e9 size 10\n", "t.cm")
-    if not getattr(runner, "FLOW_START_OFFSETS", False):
-        with pytest.raises(TrafficError, match=r"t.cm: connection 2 \(1->4\) starts at 5e\+09 ps: .*not supported yet"):
+    if getattr(runner, "FLOW_START_OFFSETS", False):
+        flows = runner.plan_flows(traffic.apply(exp, topo, late).workload, topo, 1)
+        assert [f.start_s for f in flows] == [0.0, pytest.approx(0.005)]
+    else:
+        with pytest.raises(TrafficError, match=r"^t\.cm:4: 1->4 starts at 5e\+09 ps: .*not supported yet"):
             traffic.apply(exp, topo, late)
 
 
