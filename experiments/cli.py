@@ -20,6 +20,7 @@ _COMMAND_MODULES = (
     "emulator.cli",
     "transport.cli",
     "experiments.commands",
+    "experiments.live.commands",
 )
 
 

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 APT_PACKAGES=(mininet openvswitch-switch nftables iperf3 iputils-ping ethtool iproute2 procps
-              python3-venv python3-pip tcpdump)
+              python3-venv python3-pip tcpdump chromium chromium-driver)
 # Vagrant is only used to validate the Vagrantfile; it is optional (not in every Ubuntu release).
 OPTIONAL_PACKAGES=(vagrant)
 

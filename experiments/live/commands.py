@@ -1,0 +1,180 @@
+"""`fabriclab live` (the dashboard or, with --tui, the terminal view) and `fabriclab bench live`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from emulator.errors import EmulatorError
+from experiments.live.controls import MODES, POLICIES
+from experiments.live.workload import WORKLOADS
+from topologies import SpecError
+
+log = logging.getLogger(__name__)
+
+# Two leaves' worth of collisions to see: two hosts per leaf hashed over two uplinks collide half the
+# time, and 8 flows at 10 Mb/s stay far below what userspace Open vSwitch forwards on two cores.
+DEFAULT_LIVE_SPEC = "leaf-spine:spines=2,leaves=4,hosts=2,rate=10"
+
+
+class LiveError(Exception):
+    """Bad input or environment for the live view; shown as one line."""
+
+
+USER_ERRORS = (LiveError, EmulatorError, SpecError)
+
+
+def _port(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"port {v} is outside 0-65535 (0 picks a free one)")
+    return v
+
+
+def _interval(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0.1 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"{v:g} s: give 0.1-1 s (the page must update at least once a second)")
+    return v
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "live", help="watch a running fabric in the browser (or --tui) and switch ECMP <-> spraying live",
+        description="Bring a fabric up (routing --mode, ecmp by default), start continuous traffic in its hosts "
+        "and serve a dashboard: the fabric drawn tier by tier with every link coloured by its utilisation, "
+        "goodput, link imbalance and hot links over time with events marked, which uplinks the flows' hashes "
+        "landed on (inferred from link counters), and controls to switch the routing mode (ecmp, spray, "
+        "single) and the transport's path policy (single, spray, adaptive: restarts the senders), cut and "
+        "restore a link by clicking it, and set random loss on it. With --tui the same numbers and switches "
+        "are in the terminal (for ssh-only use). Ctrl-C stops the traffic and tears the fabric down. "
+        "Needs root, like `fabriclab up`; --fake runs the view on synthetic counters without root.",
+        epilog="workloads: permutation = every host sends one long flow to a host on another leaf "
+        "(`fabriclab srd send/recv`, one base port per sender); allreduce = the transport's ring all-reduce "
+        "on every host, ranks alternating between leaves, many iterations. "
+        "The server binds 127.0.0.1 unless --host says otherwise; it accepts controls only from its own page.")
+    p.add_argument("--topo", default=DEFAULT_LIVE_SPEC, metavar="SPEC",
+                   help="fabric: a spec such as 'leaf-spine:spines=4,leaves=4,hosts=2,rate=20' or a .yaml/.json "
+                   "file (default: %(default)s)")
+    p.add_argument("--workload", default="permutation", choices=WORKLOADS, help="traffic (default: %(default)s)")
+    p.add_argument("--mode", default="ecmp", choices=MODES, help="routing mode to start in (default: %(default)s)")
+    p.add_argument("--policy", default="single", choices=POLICIES,
+                   help="the transport's path policy to start with; single = one entropy value per flow, what "
+                   "ECMP hashes (default: %(default)s)")
+    p.add_argument("--port", type=_port, default=8080, help="HTTP port (default: %(default)s; 0 = any free port)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to serve on (default: %(default)s, this machine only; 0.0.0.0 exposes the "
+                   "controls to the network)")
+    p.add_argument("--tui", action="store_true",
+                   help="terminal view instead of the web page: keys e/s/1 routing mode, p path policy, "
+                   "c/r N cut/restore link N, l N P loss P %% on link N, q quit")
+    p.add_argument("--fake", action="store_true",
+                   help="no fabric: synthetic counters from the topology (no root needed; for trying the view)")
+    p.add_argument("--seed", type=int, default=1, metavar="N", help="seed of the flow placement (default: %(default)s)")
+    p.add_argument("--interval", type=_interval, default=0.5, metavar="S",
+                   help="seconds between counter reads and page updates (default: %(default)s)")
+    p.set_defaults(func=cmd_live)
+
+    bench = _subcommands_of(sub.choices["bench"])
+    b = bench.add_parser(
+        "live", help="the live view: update rate, counter-to-page latency, its CPU use",
+        description="Run `fabriclab live` as a child process, follow its event stream like a page does, and "
+        "measure the update rate, the age of the numbers on arrival (server read -> client), the time "
+        "from cutting a link until the stream shows it carrying nothing, and the CPU seconds the "
+        "live-view process uses per second. Prints JSON. With --fake no fabric is brought up.")
+    b.add_argument("--topo", default=DEFAULT_LIVE_SPEC, metavar="SPEC", help="fabric (default: %(default)s)")
+    b.add_argument("--fake", action="store_true", help="synthetic counters instead of a real fabric")
+    b.add_argument("--seconds", type=float, default=20.0, metavar="S",
+                   help="how long to follow the stream (default: %(default)s)")
+    b.add_argument("--json", action="store_true", help="JSON only (the output is JSON either way)")
+    b.set_defaults(func=cmd_bench_live)
+
+
+def _subcommands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return parser.add_subparsers(dest="bench_command", metavar="WHAT")
+
+
+def build_backend(args: argparse.Namespace):
+    from topologies import parse_spec
+
+    topo = parse_spec(args.topo)
+    if len(topo.hosts) < 2:
+        raise LiveError(f"{args.topo} has {len(topo.hosts)} host(s); the workload needs at least two")
+    if args.fake:
+        from experiments.live.backend import FakeBackend
+
+        return FakeBackend(topo, mode=args.mode, policy=args.policy, workload=args.workload, seed=args.seed)
+    from emulator.system import capabilities, require_ready
+    from experiments.live.backend import FabricBackend
+
+    require_ready(capabilities())  # root, Open vSwitch, ...: one line with the fix, before serving anything
+    return FabricBackend(topo, mode=args.mode, policy=args.policy, workload=args.workload, seed=args.seed)
+
+
+def cmd_live(args: argparse.Namespace) -> int:
+    from experiments.live.session import LiveSession
+
+    backend = build_backend(args)
+    session = LiveSession(backend, interval=args.interval)
+    if args.tui:
+        from experiments.live.tui import run_tui
+
+        return asyncio.run(_with_signals(lambda stop: run_tui(session, stop)))
+    from experiments.live.server import is_loopback, serve
+
+    def announce(url: str) -> None:
+        print(f"live view on {url}  (Ctrl-C to stop and tear the fabric down)", flush=True)
+        if not is_loopback(args.host):
+            print(f"warning: serving on {args.host}: anyone who can reach it can drive the fabric", file=sys.stderr)
+
+    try:
+        return asyncio.run(_with_signals(lambda stop: serve(session, args.host, args.port, stop, announce)))
+    except OSError as exc:
+        raise LiveError(f"{exc}; pick another --port or --host") from None
+
+
+async def _with_signals(main) -> int:
+    """Run main(stop) with SIGINT/SIGTERM setting `stop`: teardown then runs in order, never twice."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    hits = 0
+
+    def on_signal() -> None:
+        nonlocal hits
+        hits += 1
+        if hits > 1:
+            print("still tearing the fabric down; please wait", file=sys.stderr, flush=True)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        result = await main(stop)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    return int(result or 0)
+
+
+def cmd_bench_live(args: argparse.Namespace) -> int:
+    import json
+
+    from experiments.live.bench import run_live_bench
+
+    if args.seconds <= 0:
+        raise LiveError("--seconds must be positive")
+    result = run_live_bench(args.topo, fake=args.fake, seconds=args.seconds)
+    print(json.dumps(result, indent=1))
+    return 0
