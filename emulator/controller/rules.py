@@ -9,17 +9,38 @@ Pipeline installed on every switch:
   hops run the Nicira `multipath` hash (symmetric_l3l4+udp, so TCP and UDP ports are hashed) into
   reg0, write the next-hop set id into the metadata and go to table 1.
 - table 1: (metadata = set id, reg0 = bucket) -> output port. In `spray` mode higher-priority entries
-  match the low bits of the UDP source port and pick the uplink directly (bucket i -> next_hops[i % n]),
+  match the low bits of the UDP source port (the entropy value, EV) and pick the next hop directly,
   so non-UDP traffic still falls through to the hash entries.
-- `single` skips table 1: every switch outputs next_hops[host index % n] for a destination host.
+- `single` skips table 1: every switch outputs one next hop per destination host, chosen from the
+  host's index the way spray chooses from the EV.
+
+Spraying over several tiers. If every switch mapped EV i to next_hops[i % n], an aggregation switch
+would only ever see the EVs its edge switch had already sorted onto it, and re-sort them the same
+way: on a k=4 fat-tree, 2 of the 4 paths between pods would carry everything. Instead each choice
+reads its own digit of the EV. A switch with n next hops toward a destination edge switch outputs
+next_hops[(EV // D) % n], where the divisor D is the product of the fan-outs of the choices a packet
+made before it (1 at the sender's edge switch, n_edge at an aggregation switch, ...). Along a path
+the choices are then the mixed-radix digits of EV mod P, P being the number of equal-cost paths: a
+one-to-one map from residues mod P onto paths. A sender rotating over N consecutive EVs therefore
+puts N // P or N // P + 1 packets on every path, exactly N / P when P divides N (16 EVs: leaf-spine
+with 2, 4, 8 or 16 spines; fat-trees with k = 4 and k = 8, 4 and 16 paths between pods). A leaf-spine
+keeps EV i -> next_hops[i % n] (D = 1 at every leaf). D comes from one pass over the shortest-path
+DAG toward the destination, farthest switches first: D(s) = max(1, D(p) * n(p) over the switches p
+one hop farther that forward to s); in a symmetric Clos every such p gives the same product. The
+entries match the low SPRAY_BITS bits of the source port, more when D * n exceeds 2**SPRAY_BITS; the
+transport and the probe rotate over 16 EVs from a base port that is a multiple of 16, so one flow
+covers every path of a fabric with at most 16 of them.
+
+ECMP needs nothing of the kind: each switch seeds the multipath hash with its own `basis` (unique per
+switch), and OVS starts the hash chain from the basis, so tiers hash a flow independently.
 
 Same-switch traffic is delivered locally except in `via-tor` mode, where priority-300 entries keyed on
 the host ports send it to an upper-tier neighbour, whose hairpin entries (in_port = the port toward
 the destination's edge switch) send it back out of the port it came in on.
 
-A next-hop set id is derived from the set's ports alone (a bitmask of the ports), so the table-1
-entries of a set are identical in every generation; a table-0 entry can therefore be replaced in place
-without ever pointing at table-1 entries of a different set.
+A next-hop set id is derived from the set's ports (a bitmask of the ports) and, for spray sets, the
+divisor alone, so the table-1 entries of a set are identical in every generation; a table-0 entry can
+therefore be replaced in place without ever pointing at table-1 entries of a different set.
 """
 
 from __future__ import annotations
@@ -30,7 +51,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from topologies.model import Link, Node, Topology
+from topologies.model import ROLE_TIER, Link, Node, Topology
 
 MODES = ("ecmp", "spray", "single", "local", "via-tor")
 
@@ -51,15 +72,13 @@ ETH_IPV6 = 0x86DD
 IPPROTO_UDP = 17
 
 # Spray uses the low SPRAY_BITS bits of the UDP source port: 16 buckets spread evenly over 2, 4, 8 or
-# 16 uplinks when a sender rotates its source port over 16 consecutive values.
+# 16 paths when a sender rotates its source port over 16 consecutive values.
 SPRAY_BITS = 4
+UDP_PORT_BITS = 16
 
 # Output pseudo-ports (translated to OFPP_IN_PORT / OFPP_CONTROLLER by the app).
 IN_PORT = "in_port"
 CONTROLLER = "controller"
-
-# Tier of each switch role; a via-tor detour goes to a neighbour of a higher tier.
-ROLE_TIER = {"local": 1, "leaf": 2, "tor": 2, "switch": 2, "spine": 3}
 
 
 # -- abstract actions ----------------------------------------------------------------------------
@@ -170,8 +189,10 @@ class Graph:
                 self.attachments.append(Attachment(h, i, sw, lk.port(sw), lk, self.link_up[li]))
         self._dist: dict[str, dict[str, int]] = {}
         self._next: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._div: dict[str, dict[str, int]] = {}
 
     def tier(self, name: str) -> int:
+        # Via-tor detours go up a tier; the role says which way is up.
         return ROLE_TIER.get(self.nodes[name].role, 0)
 
     def distances(self, target: str) -> dict[str, int]:
@@ -203,6 +224,25 @@ class Graph:
             self._next[key] = ports
         return self._next[key]
 
+    def divisors(self, target: str) -> dict[str, int]:
+        """Switch -> spray divisor toward switch `target`: the product of the fan-outs of the choices a
+        packet made on its way to the switch (the max over the ways in), 1 where none was made."""
+        if target in self._div:
+            return self._div[target]
+        dist = self.distances(target)
+        div = dict.fromkeys(dist, 1)
+        # Farthest first, so every switch one hop farther has its final divisor before it is used.
+        for here in sorted(dist, key=dist.__getitem__, reverse=True):
+            fan_out = len(self.next_hop_ports(here, target))
+            if fan_out == 0:
+                continue
+            want = dist[here] - 1
+            for li, v, _ in self.adj[here]:
+                if self.link_up[li] and dist.get(v) == want:
+                    div[v] = max(div[v], div[here] * fan_out)
+        self._div[target] = div
+        return div
+
     def uplink_ports(self, switch: str) -> tuple[int, ...]:
         """Ports of `switch` toward higher-tier switches that are up (the via-tor detour), sorted."""
         tier = self.tier(switch)
@@ -227,21 +267,38 @@ def next_hops_to_host(topo: Topology, switch: str, host: str, down: Iterable[Lin
     return g.next_hop_ports(switch, att.switch)
 
 
-def next_hop_set_id(ports: tuple[int, ...]) -> int:
-    """Metadata value naming a set of ports: a bitmask (readable in dump-flows) while all ports are
-    below 63, otherwise a stable 64-bit hash with the top bit set (never equal to a bitmask)."""
-    if all(0 < p < 63 for p in ports):
+def next_hop_set_id(ports: tuple[int, ...], divisor: int = 1) -> int:
+    """Metadata value naming a set of ports (and, for spray, the divisor its choice uses): a bitmask
+    (readable in dump-flows) while all ports are below 63 and the divisor is 1, otherwise a stable
+    64-bit hash with the top bit set (never equal to a bitmask)."""
+    if divisor == 1 and all(0 < p < 63 for p in ports):
         return sum(1 << p for p in ports)
-    digest = hashlib.blake2b(",".join(map(str, ports)).encode(), digest_size=8).digest()
+    key = ",".join(map(str, ports)) + (f"/{divisor}" if divisor != 1 else "")
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") | (1 << 63)
 
 
-def spray_buckets(n_ports: int) -> int:
-    """Number of UDP-source-port buckets: 16, or more when a set has more than 16 ports."""
+def spray_buckets(n_ports: int, divisor: int = 1) -> int:
+    """Number of UDP-source-port buckets: 16, or more when the digit a set reads (divisor * ports
+    values) does not fit in 16 (a sender then needs as many EVs to reach every path)."""
     bits = SPRAY_BITS
-    while (1 << bits) < n_ports:
+    while (1 << bits) < n_ports * divisor and bits < UDP_PORT_BITS:
         bits += 1
     return 1 << bits
+
+
+def spray_choice(ev: int, n_ports: int, divisor: int = 1) -> int:
+    """Index of the next hop that entropy value `ev` takes out of `n_ports` (see the module docstring)."""
+    return (ev // divisor) % n_ports
+
+
+def multipath_bases(topo: Topology) -> dict[str, int]:
+    """Per-switch 16-bit seed of the multipath hash: the low 16 bits of the dpid, or the switch's
+    position when two dpids share them. Distinct seeds keep tiers from hashing a flow alike."""
+    bases = {s.name: (s.dpid or 0) & 0xFFFF for s in topo.switches}
+    if len(set(bases.values())) < len(bases):
+        bases = {s.name: i & 0xFFFF for i, s in enumerate(topo.switches, 1)}
+    return bases
 
 
 # -- rules ----------------------------------------------------------------------------------------
@@ -250,8 +307,8 @@ class _SwitchRules:
     name: str
     basis: int
     flows: dict[tuple, FlowEntry] = field(default_factory=dict)
-    # next-hop sets reached through table 1 -> their table-0 actions
-    hashed: dict[tuple[int, ...], tuple[Action, ...]] = field(default_factory=dict)
+    # (next-hop set, spray divisor) reached through table 1 -> their table-0 actions
+    hashed: dict[tuple[tuple[int, ...], int], tuple[Action, ...]] = field(default_factory=dict)
 
     def add(self, flow: FlowEntry) -> None:
         self.flows[flow.key] = flow
@@ -267,40 +324,45 @@ def base_flows() -> list[FlowEntry]:
     ]
 
 
-def _spread(sw: _SwitchRules, ports: tuple[int, ...], mode: str, host_index: int) -> tuple[Action, ...]:
+def _spread(
+    sw: _SwitchRules, ports: tuple[int, ...], mode: str, host_index: int, divisor: int = 1
+) -> tuple[Action, ...]:
     """Actions that send a packet to one of `ports` according to the mode."""
     if len(ports) == 1:
         return (Output(ports[0]),)
     if mode == "single":
-        return (Output(ports[host_index % len(ports)]),)
-    actions = sw.hashed.get(ports)
+        return (Output(ports[spray_choice(host_index, len(ports), divisor)]),)
+    if mode != "spray":
+        divisor = 1  # only spray's table-1 entries depend on it
+    key = (ports, divisor)
+    actions = sw.hashed.get(key)
     if actions is None:
-        actions = sw.hashed[ports] = (
+        actions = sw.hashed[key] = (
             Multipath(len(ports), sw.basis),
-            WriteNextHopSet(next_hop_set_id(ports)),
+            WriteNextHopSet(next_hop_set_id(ports, divisor)),
             GotoTable(TABLE_NEXT_HOP),
         )
     return actions
 
 
-def _next_hop_table(ports: tuple[int, ...], mode: str) -> list[FlowEntry]:
-    set_id = next_hop_set_id(ports)
+def _next_hop_table(ports: tuple[int, ...], divisor: int, mode: str) -> list[FlowEntry]:
+    set_id = next_hop_set_id(ports, divisor)
     flows = [
         FlowEntry.make(TABLE_NEXT_HOP, PRIO_HASH_BUCKET, [Output(p)], metadata=set_id, reg0=j)
         for j, p in enumerate(ports)
     ]
     if mode == "spray":
-        n_buckets = spray_buckets(len(ports))
-        for i in range(n_buckets):
+        n_buckets = spray_buckets(len(ports), divisor)
+        for ev in range(n_buckets):
             flows.append(
                 FlowEntry.make(
                     TABLE_NEXT_HOP,
                     PRIO_SPRAY_BUCKET,
-                    [Output(ports[i % len(ports)])],
+                    [Output(ports[spray_choice(ev, len(ports), divisor)])],
                     metadata=set_id,
                     eth_type=ETH_IPV4,
                     ip_proto=IPPROTO_UDP,
-                    udp_src=(i, n_buckets - 1),
+                    udp_src=(ev, n_buckets - 1),
                 )
             )
     return flows
@@ -314,7 +376,8 @@ def compute_rules(topo: Topology, mode: str, down: Iterable[Link] = ()) -> dict[
     if (err := mode_error(mode)) is not None:
         raise ValueError(err)
     g = Graph(topo, down)
-    switches = {s.name: _SwitchRules(s.name, basis=(s.dpid or 0) & 0xFFFF) for s in topo.switches}
+    bases = multipath_bases(topo)
+    switches = {s.name: _SwitchRules(s.name, basis=bases[s.name]) for s in topo.switches}
     for sw in switches.values():
         for f in base_flows():
             sw.add(f)
@@ -324,6 +387,7 @@ def compute_rules(topo: Topology, mode: str, down: Iterable[Link] = ()) -> dict[
             continue  # the host is cut off: every switch drops its traffic at table-miss
         ip = att.host.address
         dist = g.distances(att.switch)
+        divisors = g.divisors(att.switch)
         for name, sw in switches.items():
             if name == att.switch:
                 sw.add(FlowEntry.make(TABLE_FORWARD, PRIO_DST, [Output(att.port)], eth_type=ETH_IPV4, ipv4_dst=ip))
@@ -342,11 +406,8 @@ def compute_rules(topo: Topology, mode: str, down: Iterable[Link] = ()) -> dict[
             ports = g.next_hop_ports(name, att.switch)
             if not ports:
                 continue
-            sw.add(
-                FlowEntry.make(
-                    TABLE_FORWARD, PRIO_DST, _spread(sw, ports, mode, att.index), eth_type=ETH_IPV4, ipv4_dst=ip
-                )
-            )
+            actions = _spread(sw, ports, mode, att.index, divisors[name])
+            sw.add(FlowEntry.make(TABLE_FORWARD, PRIO_DST, actions, eth_type=ETH_IPV4, ipv4_dst=ip))
             if dist[name] == 1 and g.tier(name) > g.tier(att.switch):
                 # The hairpin: a packet that came up from the destination's own edge switch goes
                 # back down the port it arrived on (a plain output to the ingress port is dropped).
@@ -362,8 +423,8 @@ def compute_rules(topo: Topology, mode: str, down: Iterable[Link] = ()) -> dict[
 
     out: dict[str, tuple[FlowEntry, ...]] = {}
     for name, sw in switches.items():
-        for ports in sw.hashed:
-            for f in _next_hop_table(ports, mode):
+        for ports, divisor in sw.hashed:
+            for f in _next_hop_table(ports, divisor, mode):
                 sw.add(f)
         out[name] = tuple(sorted(sw.flows.values(), key=_sort_key))
     return out

@@ -2,16 +2,25 @@
 
 A small interpreter runs the computed flow tables on abstract packets, so the tests check where
 packets go (per mode, per UDP source port, with links down), not only what the entries look like.
+Its `multipath` is a model of Open vSwitch's (murmur-based symmetric_l3l4+udp hash seeded with the
+basis, then highest-random-weight link choice), because whether tiers hash a flow independently
+depends on the hash: a linear stand-in such as CRC32 would show correlations OVS does not have.
 """
 
 from __future__ import annotations
 
-import zlib
+import collections
+import functools
+import ipaddress
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
+from emulator.controller import rules as rules_module
 from emulator.controller.rules import (
     CONTROLLER,
     ETH_ARP,
@@ -24,19 +33,23 @@ from emulator.controller.rules import (
     TABLE_NEXT_HOP,
     FlowEntry,
     GotoTable,
+    Graph,
     Multipath,
     Output,
     WriteNextHopSet,
     compute_rules,
     diff_rules,
     mode_error,
+    multipath_bases,
     next_hop_set_id,
     next_hops_to_host,
     spray_buckets,
 )
 from emulator.controller.stats import PortTable, link_report
-from topologies.builders import in_server, leaf_spine
+from topologies.builders import clos, fat_tree, in_server, leaf_spine
 from topologies.model import Link, Node, Topology
+from topologies.paths import equal_cost_paths, link_at, path_count
+from topologies.spec import parse_spec
 
 IPPROTO_TCP = 6
 
@@ -66,6 +79,86 @@ def _matches(flow: FlowEntry, fields: dict) -> bool:
     return True
 
 
+# -- a model of OVS's multipath action (lib/hash.h without SSE4.2, flow_hash_symmetric_l3l4, HRW) ------
+_M32 = 0xFFFFFFFF
+
+
+def _rot(x: int, k: int) -> int:
+    return ((x << k) | (x >> (32 - k))) & _M32
+
+
+def _mhash_add(h: int, data: int) -> int:
+    if data:
+        data = _rot((data * 0xCC9E2D51) & _M32, 15) * 0x1B873593 & _M32
+        h ^= data
+    return (_rot(h, 13) * 5 + 0xE6546B64) & _M32
+
+
+def _hash_finish(h: int, final: int) -> int:
+    h ^= final
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & _M32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & _M32
+    return h ^ (h >> 16)
+
+
+def _swap(value: int, size: int) -> int:
+    # OVS hashes header fields as stored (network byte order) and read as little-endian words.
+    return int.from_bytes(value.to_bytes(size, "big"), "little")
+
+
+@functools.cache
+def _ip(address: str) -> int:
+    return int(ipaddress.IPv4Address(address))
+
+
+def ovs_multipath(pkt: Pkt, basis: int, n_links: int) -> int:
+    """Link (0..n_links-1) OVS's multipath(symmetric_l3l4+udp, basis, hrw, n_links) gives `pkt`."""
+    h = basis
+    h = _mhash_add(h, _swap(_ip(pkt.src) ^ _ip(pkt.dst), 4))
+    h = _mhash_add(h, pkt.ip_proto)
+    if pkt.ip_proto in (IPPROTO_TCP, IPPROTO_UDP):
+        h = _mhash_add(h, _swap(pkt.sport ^ pkt.dport, 2))
+    h = _hash_finish(h, basis)
+    weights = [_hash_finish(_mhash_add(_mhash_add(h, 0), link), 8) for link in range(n_links)]
+    return weights.index(max(weights))
+
+
+# Flow tables indexed by destination (table 0) and next-hop set (table 1), and lookups remembered per
+# (switch, table, header fields): the fabric-wide walks below cross hundreds of thousands of switches,
+# and scanning every entry each time would take minutes. The fields never include the source address,
+# which only the multipath hash reads, so lookups are shared between senders.
+_INDEX: dict[int, tuple[tuple[FlowEntry, ...], dict[tuple[int, object], list[FlowEntry]], dict]] = {}
+
+
+def _lookup(flows: tuple[FlowEntry, ...], table: int, fields: dict) -> FlowEntry | None:
+    """The highest-priority entry of `table` matching `fields` (None: table miss without an entry)."""
+    hit = _INDEX.get(id(flows))
+    if hit is None or hit[0] is not flows:
+        index: dict[tuple[int, object], list[FlowEntry]] = {}
+        for f in flows:
+            m = f.match_dict()
+            index.setdefault((f.table, m.get("ipv4_dst" if f.table == TABLE_FORWARD else "metadata")), []).append(f)
+        hit = _INDEX[id(flows)] = (flows, index, {})
+    _, index, memo = hit
+    key = fields.get("ipv4_dst" if table == TABLE_FORWARD else "metadata")
+    pool_key = ("pool", table, key)
+    if pool_key not in memo:
+        pool = index.get((table, None), []) + (index.get((table, key), []) if key is not None else [])
+        # Only the fields some candidate matches on can change the answer.
+        memo[pool_key] = pool, sorted({name for f in pool for name, _ in f.match})
+    pool, used = memo[pool_key]
+    memo_key = (table, key, *(fields.get(name) for name in used))
+    if memo_key not in memo:
+        candidates = [f for f in pool if _matches(f, fields)]
+        best = max(candidates, key=lambda f: f.priority) if candidates else None
+        if best is not None:
+            assert sum(f.priority == best.priority for f in candidates) == 1, "ambiguous match"
+        memo[memo_key] = best
+    return memo[memo_key]
+
+
 def forward(flows: tuple[FlowEntry, ...], pkt: Pkt, in_port: int) -> int | str | None:
     """Output port of `pkt` entering a switch with `flows` on `in_port` (None: dropped)."""
     fields = {"in_port": in_port, "eth_type": pkt.eth_type, "metadata": 0, "reg0": 0}
@@ -75,19 +168,15 @@ def forward(flows: tuple[FlowEntry, ...], pkt: Pkt, in_port: int) -> int | str |
             fields["udp_src"] = pkt.sport
     table = TABLE_FORWARD
     while True:
-        candidates = [f for f in flows if f.table == table and _matches(f, fields)]
-        if not candidates:
+        best = _lookup(flows, table, fields)
+        if best is None:
             return None
-        best = max(candidates, key=lambda f: f.priority)
-        assert sum(f.priority == best.priority for f in candidates) == 1, "ambiguous match"
         goto = None
         for a in best.actions:
             if isinstance(a, Output):
                 return a.port
             if isinstance(a, Multipath):
-                # Stand-in for OVS's symmetric_l3l4+udp hash: any deterministic per-flow function.
-                key = f"{min(pkt.src, pkt.dst)}{max(pkt.src, pkt.dst)}{pkt.ip_proto}{pkt.sport}{pkt.dport}"
-                fields["reg0"] = zlib.crc32(f"{key}/{a.basis}".encode()) % a.n_links
+                fields["reg0"] = ovs_multipath(pkt, a.basis, a.n_links)
             elif isinstance(a, WriteNextHopSet):
                 fields["metadata"] = a.set_id
             elif isinstance(a, GotoTable):
@@ -97,25 +186,47 @@ def forward(flows: tuple[FlowEntry, ...], pkt: Pkt, in_port: int) -> int | str |
         table = goto
 
 
-def walk(topo: Topology, rules: dict, src: str, dst: str, **pkt_fields) -> list[str]:
-    """Nodes a packet from host `src` to host `dst` visits; ends with "DROP" when it is dropped."""
-    pkt = Pkt(topo.node(src).address, topo.node(dst).address, **pkt_fields)
-    link = topo.links_of(src)[0]
-    node, path = link.peer(src), [src]
+def trace(
+    topo: Topology, rules: dict, src: str, dst: str, **pkt_fields
+) -> tuple[list[str], tuple[tuple[str, int], ...]]:
+    """Nodes a packet from host `src` to host `dst` visits (ending with "DROP" when it is dropped) and
+    the (node, port) it leaves each node by, which tells parallel links apart."""
+    hosts = _host_links(topo)
+    pkt = Pkt(hosts[src][0], hosts[dst][0], **pkt_fields)
+    link = hosts[src][1]
+    node, path, ports = link.peer(src), [src], [(src, link.port(src))]
     for _ in range(16):
         path.append(node)
         if node == dst:
-            return path
-        if topo.node(node).is_host:
-            return [*path, "DROP"]
+            return path, tuple(ports)
+        if node in hosts:
+            return [*path, "DROP"], tuple(ports)
         in_port = link.port(node)
         out = forward(rules[node], pkt, in_port)
         if out is None:
-            return [*path, "DROP"]
-        out_port = in_port if out == IN_PORT else out
-        link = next(lk for lk in topo.links_of(node) if lk.port(node) == out_port)
+            return [*path, "DROP"], tuple(ports)
+        out_port = in_port if out == IN_PORT else int(out)
+        ports.append((node, out_port))
+        link = link_at(topo, node, out_port)
         node = link.peer(node)
     raise AssertionError(f"loop: {path}")
+
+
+_HOST_LINKS: dict[int, tuple[Topology, dict[str, tuple[str, Link]]]] = {}
+
+
+def _host_links(topo: Topology) -> dict[str, tuple[str, Link]]:
+    """Host -> (address, first link), cached per topology (looking them up per packet dominated big walks)."""
+    hit = _HOST_LINKS.get(id(topo))
+    if hit is None or hit[0] is not topo:
+        table = {h.name: (h.address or "", topo.links_of(h.name)[0]) for h in topo.hosts}
+        hit = _HOST_LINKS[id(topo)] = (topo, table)
+    return hit[1]
+
+
+def walk(topo: Topology, rules: dict, src: str, dst: str, **pkt_fields) -> list[str]:
+    """Nodes a packet from host `src` to host `dst` visits; ends with "DROP" when it is dropped."""
+    return trace(topo, rules, src, dst, **pkt_fields)[0]
 
 
 def all_pairs_reach(topo: Topology, rules: dict, **pkt_fields) -> bool:
@@ -282,6 +393,250 @@ def test_single_pins_each_destination_to_one_uplink(ls442):
         "spine2",
     ]
     assert not any(f.table == TABLE_NEXT_HOP and f.actions for f in rules["leaf1"])
+
+
+# -- several tiers: spray, single and ECMP on fat-trees and three-tier Clos fabrics -----------------------
+# The transport and the probe rotate over 16 EVs from a base port that is a multiple of 16.
+EVS = 16
+BASE_PORT = 40000
+
+# Every builder, with shapes whose path counts divide 16 (exactly even) and shapes whose do not.
+FABRICS: dict[str, Callable[[], Topology]] = {
+    "leaf-spine-2x2x2": lambda: leaf_spine(2, 2, 2),
+    "leaf-spine-3x3x2": lambda: leaf_spine(3, 3, 2),
+    "leaf-spine-4x4x2": lambda: leaf_spine(4, 4, 2),
+    "leaf-spine-16x2x1": lambda: leaf_spine(16, 2, 1),
+    "in-server-2x4": lambda: in_server(2, 4),
+    "in-server-3x2-two-nics": lambda: in_server(3, 2, nics_per_server=2),
+    "fat-tree-k2": lambda: fat_tree(2),
+    "fat-tree-k4": lambda: fat_tree(4),
+    "fat-tree-k6": lambda: fat_tree(6),
+    "fat-tree-k8": lambda: fat_tree(8),
+    "clos-default": clos,
+    "clos-3x2x3x6x1": lambda: clos(3, 2, 3, 6, 1),
+    "clos-spec": lambda: parse_spec("clos:pods=2,leaves=3,spines=4,superspines=8,hosts=1"),
+}
+
+
+@functools.cache
+def fabric(name: str) -> Topology:
+    return FABRICS[name]()
+
+
+@functools.cache
+def rules_for(name: str, mode: str) -> dict[str, tuple[FlowEntry, ...]]:
+    return compute_rules(fabric(name), mode)
+
+
+def spray_spread(
+    topo: Topology, rules: dict, src: str, dst: str, base: int = BASE_PORT, evs: int = EVS
+) -> tuple[Counter, Counter]:
+    """Packets per node path and per link path when `src` sprays `evs` packets to `dst`, one per EV."""
+    nodes: Counter = Counter()
+    links: Counter = Counter()
+    for ev in range(evs):
+        path, crossed = trace(topo, rules, src, dst, sport=base + ev)
+        assert path[-1] == dst, path
+        nodes[tuple(path)] += 1
+        links[crossed] += 1
+    return nodes, links
+
+
+def assert_even(counts: Counter, paths: int, evs: int = EVS) -> None:
+    """With P paths and N EVs, every path gets N // P or N // P + 1 packets (the best N allows);
+    with more paths than EVs, every EV takes a path of its own."""
+    if paths <= evs:
+        assert len(counts) == paths, counts
+        assert set(counts.values()) <= {evs // paths, -(-evs // paths)}, counts
+    else:
+        assert len(counts) == evs and set(counts.values()) == {1}, counts
+
+
+def senders(topo: Topology) -> list[str]:
+    """Every host, or on big fabrics the first host of each pod (pods are alike)."""
+    hosts = [h.name for h in topo.hosts]
+    if len(hosts) <= 64:
+        return hosts
+    firsts: dict[str, str] = {}
+    for h in topo.hosts:
+        firsts.setdefault(h.labels["pod"], h.name)
+    return list(firsts.values())
+
+
+@pytest.mark.parametrize("name", list(FABRICS))
+def test_spray_uses_every_equal_cost_path_evenly(name):
+    topo, rules = fabric(name), rules_for(name, "spray")
+    hosts = [h.name for h in topo.hosts]
+    for src in senders(topo):
+        for dst in hosts:
+            if src == dst:
+                continue
+            nodes, links = spray_spread(topo, rules, src, dst)
+            assert set(nodes) == {tuple(p) for p in equal_cost_paths(topo, src, dst)}, (src, dst)
+            # Link paths tell parallel links apart (two NICs per server).
+            paths = path_count(topo, src, dst)
+            assert_even(links, paths)
+            if EVS % paths == 0:
+                assert len(set(links.values())) == 1, (src, dst, links)
+
+
+@functools.cache
+def clos_spray(spec: str) -> tuple[Topology, dict[str, tuple[FlowEntry, ...]]]:
+    topo = parse_spec(spec)
+    return topo, compute_rules(topo, "spray")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 4), st.integers(1, 3), st.integers(1, 2)),
+    data=st.data(),
+)
+def test_spray_is_even_on_any_clos_from_any_base_port(shape, data):
+    pods, leaves, spines, per_plane, hosts = shape
+    assume(pods * leaves * hosts >= 2)
+    topo, rules = clos_spray(
+        f"clos:pods={pods},leaves={leaves},spines={spines},superspines={spines * per_plane},hosts={hosts}"
+    )
+    names = [h.name for h in topo.hosts]
+    src = data.draw(st.sampled_from(names))
+    dst = data.draw(st.sampled_from([h for h in names if h != src]))
+    # Any 16 consecutive source ports: their low 4 bits are all 16 EVs, in some order.
+    base = data.draw(st.integers(1024, 65535 - EVS))
+    nodes, links = spray_spread(topo, rules, src, dst, base=base)
+    assert set(nodes) == {tuple(p) for p in equal_cost_paths(topo, src, dst)}
+    assert_even(links, path_count(topo, src, dst))
+
+
+def per_switch(topo: Topology, rules: dict, pairs, **pkt_fields) -> Counter:
+    """Packets through each switch over `pairs` x 16 EVs."""
+    seen: Counter = Counter()
+    for src, dst in pairs:
+        for ev in range(EVS):
+            seen.update(walk(topo, rules, src, dst, sport=BASE_PORT + ev, **pkt_fields)[1:-1])
+    return seen
+
+
+def test_spray_k4_fat_tree_counts_per_core_and_aggregation_switch():
+    topo, rules = fabric("fat-tree-k4"), rules_for("fat-tree-k4", "spray")
+    # One sender to a host in another pod: 16 EVs, 4 per core, 8 per aggregation switch either side.
+    seen = per_switch(topo, rules, [("h1", "h16")])
+    assert {s: seen[s] for s in ("c1", "c2", "c3", "c4")} == {"c1": 4, "c2": 4, "c3": 4, "c4": 4}
+    assert {s: seen[s] for s in ("p1a1", "p1a2", "p4a1", "p4a2")} == {"p1a1": 8, "p1a2": 8, "p4a1": 8, "p4a2": 8}
+    # Every host to every host in other pods: each tier evenly loaded, switch by switch.
+    pods = {h.name: h.labels["pod"] for h in topo.hosts}
+    pairs = [(a, b) for a in pods for b in pods if pods[a] != pods[b]]
+    seen = per_switch(topo, rules, pairs)
+    for tier in ("core", "agg", "edge"):
+        assert len({seen[n.name] for n in topo.by_role(tier)}) == 1, (tier, seen)
+    assert seen["c1"] == len(pairs) * EVS // 4 == 768
+    assert seen["p1a1"] == 2 * len(pairs) * EVS // 8 == 768
+
+
+def test_spray_without_per_tier_digits_polarises(monkeypatch):
+    """What the divisors prevent: with EV i -> next_hops[i % n] at every tier, the aggregation switch
+    re-sorts the EVs its edge switch already sorted, and half the cores carry nothing."""
+    monkeypatch.setattr(rules_module.Graph, "divisors", lambda self, target: collections.defaultdict(lambda: 1))
+    topo = fat_tree(4)
+    seen = per_switch(topo, compute_rules(topo, "spray"), [("h1", "h16")])
+    assert {s: seen[s] for s in ("c1", "c2", "c3", "c4")} == {"c1": 8, "c2": 0, "c3": 0, "c4": 8}
+
+
+def test_spray_divisors_and_entries_on_a_fat_tree():
+    topo = fat_tree(4)
+    div = Graph(topo).divisors("p4e2")
+    assert (div["p1e1"], div["p1a1"], div["p1a2"], div["c1"], div["p4e1"]) == (1, 2, 2, 4, 1)
+    leaves = Graph(leaf_spine(4, 4, 2)).divisors("leaf1")
+    assert {leaves[f"leaf{k}"] for k in range(2, 5)} == {1}  # a leaf-spine keeps EV % n
+    rules = rules_for("fat-tree-k4", "spray")
+    # p1a1 reaches the cores of its plane on ports 3 and 4 and reads the second digit: EV // 2 % 2.
+    set_id = next_hop_set_id((3, 4), 2)
+    assert set_id >> 63 == 1 and set_id != next_hop_set_id((3, 4))
+    h16 = next(f for f in rules["p1a1"] if f.match_dict().get("ipv4_dst") == "10.0.0.16")
+    assert h16.actions[1:] == (WriteNextHopSet(set_id), GotoTable(TABLE_NEXT_HOP))
+    spray = {f.match_dict()["udp_src"][0]: f.actions for f in rules["p1a1"] if "udp_src" in f.match_dict()}
+    assert spray == {ev: (Output((3, 4)[ev // 2 % 2]),) for ev in range(16)}
+    # The edge switch keeps EV % 2, and ECMP keeps the plain port bitmask.
+    edge = {f.match_dict()["udp_src"][0]: f.actions for f in rules["p1e1"] if "udp_src" in f.match_dict()}
+    assert edge == {ev: (Output((3, 4)[ev % 2]),) for ev in range(16)}
+    ecmp = rules_for("fat-tree-k4", "ecmp")
+    h16 = next(f for f in ecmp["p1a1"] if f.match_dict().get("ipv4_dst") == "10.0.0.16")
+    assert h16.actions[1] == WriteNextHopSet(next_hop_set_id((3, 4)))
+
+
+def test_spray_past_16_paths_widens_the_entropy():
+    """8 spines x 4 super-spines per plane: 32 paths between pods. The spines' digit needs 5 bits, so
+    one 16-EV flow takes 16 distinct paths and flows on the next base port the other 16."""
+    assert spray_buckets(4, 8) == 32 and spray_buckets(2, 4) == 16 and spray_buckets(16, 1) == 16
+    topo = clos(pods=2, leaves=1, spines=8, superspines=32, hosts_per_leaf=1)
+    rules = compute_rules(topo, "spray")
+    assert path_count(topo, "h1", "h2") == 32
+    _, first = spray_spread(topo, rules, "h1", "h2", base=BASE_PORT)
+    _, second = spray_spread(topo, rules, "h1", "h2", base=BASE_PORT + 16)
+    assert_even(first, 32) and assert_even(second, 32)
+    assert len(set(first) | set(second)) == 32
+    _, both = spray_spread(topo, rules, "h1", "h2", evs=32)
+    assert_even(both, 32, evs=32)
+
+
+def test_spray_around_a_dead_core_link_uses_only_live_paths():
+    topo = fat_tree(4)
+    down = set(topo.links_between("p1a1", "c1"))
+    rules = compute_rules(topo, "spray", down)
+    assert all_pairs_reach(topo, rules)
+    nodes, _ = spray_spread(topo, rules, "h1", "h16")
+    assert set(nodes) == {tuple(p) for p in equal_cost_paths(topo, "h1", "h16", down)}
+    # Per hop even: half the EVs go to p1a1 (now one core), half to p1a2 (two cores).
+    assert sorted(Counter(p[3] for p in nodes.elements()).items()) == [("c2", 8), ("c3", 4), ("c4", 4)]
+
+
+def test_single_spreads_destinations_over_every_core():
+    topo, rules = fabric("fat-tree-k4"), rules_for("fat-tree-k4", "single")
+    # h13..h16 (host indexes 12..15): edge choice index % 2, aggregation choice index // 2 % 2.
+    cores = [walk(topo, rules, "h1", f"h{i}")[3] for i in (13, 14, 15, 16)]
+    assert sorted(cores) == ["c1", "c2", "c3", "c4"]
+    assert len({walk(topo, rules, "h1", "h16", sport=BASE_PORT + ev)[3] for ev in range(EVS)}) == 1
+
+
+def core_counts(topo: Topology, rules: dict, src: str, dst: str, flows: int) -> Counter:
+    return Counter(walk(topo, rules, src, dst, sport=BASE_PORT + i)[3] for i in range(flows))
+
+
+@pytest.mark.parametrize("proto", [IPPROTO_UDP, IPPROTO_TCP])
+def test_ecmp_tiers_hash_independently(proto):
+    """Each switch seeds the hash with its own basis, so the aggregation tier's choice is independent
+    of the edge tier's: 1024 flows cover all 4 core paths of a k=4 fat-tree about evenly."""
+    topo, rules = fabric("fat-tree-k4"), rules_for("fat-tree-k4", "ecmp")
+    cores = Counter(walk(topo, rules, "h1", "h16", sport=BASE_PORT + i, ip_proto=proto)[3] for i in range(1024))
+    assert set(cores) == {"c1", "c2", "c3", "c4"}
+    assert max(cores.values()) / min(cores.values()) < 1.3, cores
+    # k=8: 16 paths between pods, 2048 flows, every path taken.
+    topo, rules = fabric("fat-tree-k8"), rules_for("fat-tree-k8", "ecmp")
+    paths = Counter(tuple(walk(topo, rules, "h1", "h128", sport=BASE_PORT + i)) for i in range(2048))
+    assert len(paths) == 16 and max(paths.values()) / min(paths.values()) < 2, paths
+
+
+def test_ecmp_with_one_basis_everywhere_would_polarise(monkeypatch):
+    monkeypatch.setattr(rules_module, "multipath_bases", lambda topo: {s.name: 7 for s in topo.switches})
+    topo = fat_tree(4)
+    cores = Counter(walk(topo, compute_rules(topo, "ecmp"), "h1", "h16", sport=BASE_PORT + i)[3] for i in range(256))
+    assert len(cores) == 2, cores
+
+
+def test_multipath_bases_are_unique_per_switch():
+    for name in FABRICS:
+        topo = fabric(name)
+        bases = multipath_bases(topo)
+        assert len(set(bases.values())) == len(topo.switches)
+        assert all(0 <= b <= 0xFFFF for b in bases.values())
+    nodes = (
+        Node("s1", "leaf", dpid=1),
+        Node("s2", "leaf", dpid=0x10001),
+        Node("a", "host", ip="10.0.0.1/24", mac="02:00:00:00:00:01"),
+    )
+    topo = Topology("clash", nodes, (Link("a", 0, "s1", 1, 10), Link("s1", 2, "s2", 1, 10)))
+    # dpids 1 and 0x10001 share their low 16 bits: positions are used instead.
+    assert multipath_bases(topo) == {"s1": 1, "s2": 2}
+    assert multipath_bases(leaf_spine(2, 2, 2)) == {"spine1": 1, "spine2": 2, "leaf1": 3, "leaf2": 4}
 
 
 # -- in-server and via-tor -----------------------------------------------------------------------------
@@ -456,7 +811,8 @@ def test_every_entry_serialises_as_an_openflow13_flow_mod(srv, ls442):
 
     dp = SimpleNamespace(ofproto=ofproto_v1_3, ofproto_parser=ofproto_v1_3_parser, id=1)
     fake_app = SimpleNamespace(generation=7)
-    for topo in (srv, ls442):
+    # fat-tree: spray sets whose ids are hashes; the Clos: 32 spray buckets per set.
+    for topo in (srv, ls442, fat_tree(4), clos(pods=2, leaves=1, spines=8, superspines=32, hosts_per_leaf=1)):
         for mode in ("spray", "via-tor", "single"):
             for flows in compute_rules(topo, mode, {topo.links[-1]}).values():
                 for f in flows:
