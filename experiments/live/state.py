@@ -95,7 +95,8 @@ def fabric_metrics(topo: Topology, util: dict[Hop, float], down: Iterable[str] =
     not capacity the routing wastes."""
     fabric = analysis.fabric_hops(topo)
     down = set(down)
-    values = {h: u for h, u in util.items() if h[0] in fabric and h[0] not in down}
+    values = {(lk.name, end): util.get((lk.name, end), 0.0) for lk in topo.links
+              if lk.name in fabric and lk.name not in down for end in (lk.a, lk.b)}
     mean = sum(values.values()) / len(values) if values else 0.0
     peak = max(values.values(), default=0.0)
     hot = sorted((h for h, u in values.items() if u >= HOT_UTIL and u >= HOT_OVER_MEAN * mean), key=hop_label)
