@@ -1,5 +1,7 @@
 """The path-spread probe: send UDP packets between two hosts and count, from the switches' own port
-counters, how many crossed each upper-tier switch (spine, or ToR in an in-server fabric)."""
+counters, how many crossed each switch above the ones hosts attach to, tier by tier: spines in a
+leaf-spine, the ToR in an in-server fabric, cores and aggregation switches in a fat-tree, super-spines
+and spines in a three-tier Clos. `per_spine` is the top tier's counts, as leaf-spine tools expect."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from emulator.errors import EmulatorError
 from emulator.network import Fabric
+from topologies.model import Topology
 
 log = logging.getLogger(__name__)
 
@@ -32,17 +35,23 @@ class ProbeResult:
     dst: str
     packets_sent: int
     packets_received: int
-    per_spine: dict[str, int]
+    per_spine: dict[str, int]  # the top tier of per_tier
     duration_s: float
     max_gap_s: float
     max_gap_at_s: float | None = None  # when the largest gap began, seconds after the first arrival
     events: list[dict] = field(default_factory=list)
+    # role -> switch -> packets, highest tier first, e.g. {"core": {...}, "agg": {...}}
+    per_tier: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def balance(self) -> float | None:
-        """max/min packets over the spines that carried any (None if fewer than one)."""
-        used = [v for v in self.per_spine.values() if v > 0]
-        return max(used) / min(used) if used else None
+        """max/min packets over the spines that carried any (None if none did)."""
+        return balance(self.per_spine)
+
+    @property
+    def tier_balance(self) -> dict[str, float | None]:
+        """`balance` of every counted tier."""
+        return {role: balance(counts) for role, counts in self.per_tier.items()}
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -60,12 +69,32 @@ def switch_rx_packets(switch: str) -> int:
     return sum(int(pkts) for port, pkts in _RX.findall(out.stdout) if port != "LOCAL")
 
 
-def upper_tier(fab: Fabric) -> list[str]:
-    for role in ("spine", "tor"):
-        names = [n.name for n in fab.topology.by_role(role)]
-        if names:
-            return names
-    raise EmulatorError("the topology has no spine or tor switches to count paths over")
+def counted_tiers(topo: Topology) -> dict[str, list[str]]:
+    """Role -> switches of every tier whose switches have no hosts, highest tier first: the switches a
+    packet between two hosts may cross on one of several paths."""
+    hosts = {h.name for h in topo.hosts}
+    attached = {lk.peer(end) for lk in topo.links for end in (lk.a, lk.b) if end in hosts}
+    tiers = {
+        role: [n.name for n in nodes]
+        for role, nodes in topo.tiers().items()
+        if not any(n.name in attached for n in nodes)
+    }
+    if not tiers:
+        raise EmulatorError("every switch of this topology has hosts: there is no upper tier to count paths over")
+    return tiers
+
+
+def tier_counts(
+    tiers: dict[str, list[str]], before: dict[str, int], after: dict[str, int]
+) -> dict[str, dict[str, int]]:
+    """Packets each counted switch received between two readings of its counters."""
+    return {role: {s: after[s] - before[s] for s in names} for role, names in tiers.items()}
+
+
+def balance(counts: dict[str, int]) -> float | None:
+    """max/min over the switches that carried any packets (None if none did)."""
+    used = [v for v in counts.values() if v > 0]
+    return max(used) / min(used) if used else None
 
 
 def run_probe(
@@ -91,7 +120,8 @@ def run_probe(
     if src == dst:
         raise EmulatorError("--src and --dst must be different hosts")
     assert fab.workdir is not None
-    spines = upper_tier(fab)
+    tiers = counted_tiers(fab.topology)
+    switches = [s for names in tiers.values() for s in names]
     out_file = fab.workdir / f"probe-{time.monotonic_ns()}.json"
     ready_file = out_file.with_suffix(".ready")
     duration = packets / rate_pps
@@ -102,7 +132,7 @@ def run_probe(
     )
     try:
         _wait_for(ready_file, recv, 10.0)
-        before = {s: switch_rx_packets(s) for s in spines}
+        before = {s: switch_rx_packets(s) for s in switches}
         sources = ROTATE_SOURCES if entropy == "rotate" else 1
         send = fab.host(src).popen(
             [sys.executable, "-m", "emulator.probe_agent", "send", "--dst", fab.ip(dst), "--port",
@@ -121,15 +151,17 @@ def run_probe(
         if not out_file.exists():
             raise EmulatorError(f"probe receiver failed: {recv.stderr.read().decode().strip()[-300:]}")
         got = json.loads(out_file.read_text())
-        after = {s: switch_rx_packets(s) for s in spines}
+        after = {s: switch_rx_packets(s) for s in switches}
     finally:
         if recv.poll() is None:
             recv.kill()
             recv.wait()
+    per_tier = tier_counts(tiers, before, after)
     return ProbeResult(
         mode=fab.mode, entropy=entropy, src=src, dst=dst, packets_sent=sent,
-        packets_received=got["received"], per_spine={s: after[s] - before[s] for s in spines},
+        packets_received=got["received"], per_spine=next(iter(per_tier.values())),
         duration_s=got["duration_s"], max_gap_s=got["max_gap_s"], max_gap_at_s=got["max_gap_at_s"],
+        per_tier=per_tier,
     )
 
 
