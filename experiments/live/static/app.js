@@ -5,7 +5,7 @@
 const SVGNS = "http://www.w3.org/2000/svg";
 const W = 1000;             // fabric drawing width in SVG units
 const TIER_GAP = 130;       // vertical distance between tiers
-const CHART_WINDOW_S = 180; // the charts show the last three minutes
+const CHART_WINDOW_S = 180; // the charts show at most the last three minutes
 
 const live = {
   layout: null, msg: null, series: [], events: new Map(), selected: null,
@@ -123,17 +123,19 @@ function drawChart(svgId, key, scale, fmt) {
   svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
   svg.replaceChildren();
   const now = live.msg ? live.msg.t_server : Date.now() / 1000;
-  const t0 = now - CHART_WINDOW_S;
+  // The window grows with the run, from 30 s to three minutes, so a young run is not a sliver.
+  const span = live.series.length ? Math.min(CHART_WINDOW_S, Math.max(30, now - live.series[0].t)) : 30;
+  const t0 = now - span;
   const pts = live.series.filter((p) => p.t >= t0);
   let ymax = Math.max(...pts.map((p) => p[key] * scale), 0);
   ymax = key === "imbalance" ? Math.max(2, Math.ceil(ymax * 2) / 2) : Math.max(1, niceCeil(ymax));
-  const X = (t) => padL + (w - padL - padR) * (t - t0) / CHART_WINDOW_S;
+  const X = (t) => padL + (w - padL - padR) * (t - t0) / span;
   const Y = (v) => h - padB - (h - padT - padB) * v / ymax;
   for (const v of [0, ymax / 2, ymax]) {
     el("line", { class: "grid", x1: padL, x2: w - padR, y1: Y(v), y2: Y(v) }, svg);
     el("text", { class: "axis", x: padL - 4, y: Y(v) + 3, "text-anchor": "end" }, svg).textContent = fmt(v);
   }
-  el("text", { class: "axis", x: padL, y: h - 2 }, svg).textContent = `−${CHART_WINDOW_S / 60} min`;
+  el("text", { class: "axis", x: padL, y: h - 2 }, svg).textContent = span >= 120 ? `−${Math.round(span / 60)} min` : `−${Math.round(span)} s`;
   el("text", { class: "axis", x: w - padR, y: h - 2, "text-anchor": "end" }, svg).textContent = "now";
   for (const ev of live.events.values()) {
     if (ev.t < t0 || ev.kind === "info") continue;
