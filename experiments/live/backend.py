@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 EVS = 16  # the transport's entropy values per flow (its default --evs)
 SPRAY_BITS = 4  # the controller's spray mode reads the low 4 bits of the UDP source port
+LINKS_TIMEOUT_S = 2.0
 
 
 class ControllerLost(ConnectionError):
@@ -73,6 +74,7 @@ class FabricBackend:
         self.seed = seed
         self.fab: Any = None
         self.traffic: Workload | None = None
+        self._client: Any = None
         self._pairs = plan_pairs(topology, workload, seed)
 
     def start(self) -> None:
@@ -94,8 +96,13 @@ class FabricBackend:
             raise ControllerLost("the fabric is not running")
         if ctl.proc is not None and ctl.proc.poll() is not None:
             raise ControllerLost(f"the controller exited with code {ctl.proc.returncode}")
+        if self._client is None:
+            from emulator.control import ControllerClient
+
+            # A short timeout: a hung controller must show as lost within a few updates, not stall them.
+            self._client = ControllerClient(ctl.api_port, timeout=LINKS_TIMEOUT_S)
         try:
-            return ctl.client.links()
+            return self._client.links()
         except Exception as exc:  # connection refused, timeout, HTTP error: all mean "no numbers now"
             raise ControllerLost(f"the controller does not answer: {exc}") from None
 

@@ -3,6 +3,7 @@ loss), and the real backend's workload starts, restarts and stops its processes 
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -210,10 +211,9 @@ class StubProc:
 class StubController:
     def __init__(self, code: int | None) -> None:
         self.proc = StubProc(code)  # None: still running
-        self.client = self
-
-    def links(self):
-        raise OSError("connection refused")
+        with socket.socket() as s:  # a port nobody listens on
+            s.bind(("127.0.0.1", 0))
+            self.api_port = s.getsockname()[1]
 
 
 def test_fabric_backend_reports_a_lost_controller():
