@@ -24,6 +24,9 @@ from transport.endpoint import (
     Receiver,
     Sender,
     Workload,
+    announce_ready,
+    local_datagram_size,
+    path_datagram_size,
     resolve,
     write_json,
 )
@@ -73,6 +76,13 @@ def positive_size(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 byte")
     return value
+
+
+def mtu_arg(text: str) -> int | str:
+    """A datagram size in bytes, or `auto` (the path MTU, found once the destination is known)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    return positive_size(text)
 
 
 def port_arg(text: str) -> int:
@@ -199,14 +209,19 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    "sending order (ordered: head-of-line blocking)")
     t.add_argument("--recovery", choices=("selective", "gobackn"), default="selective",
                    help="loss recovery: selective repeat (default) or go-back-N")
-    t.add_argument("--mtu", type=positive_size, default=None,
+    t.add_argument("--mtu", type=mtu_arg, default=None, metavar="BYTES|auto",
                    help="largest datagram the transport sends, header included (default from the "
-                   "transport config: 1400)")
+                   "transport config: 1400); `auto` sizes it to the path MTU less the IP and UDP headers "
+                   "(1472 on a 1500-byte path, 8972 with 9000-byte jumbo frames; send: the route toward --to, "
+                   "recv: the interface of --bind); the receiver must allow at least the sender's size")
     t.add_argument("--ack-delay", type=nonneg_float, default=ENDPOINT_ACK_DELAY, metavar="S",
                    help="hold ACKs up to S seconds to acknowledge several packets at once (default "
                    f"{ENDPOINT_ACK_DELAY:g}; 0 = one ACK per packet)")
     t.add_argument("--ack-batch", type=positive_int, default=ENDPOINT_ACK_BATCH, metavar="N",
                    help=f"with --ack-delay, acknowledge at once when N packets wait (default {ENDPOINT_ACK_BATCH})")
+    p.add_argument("--ready-file", metavar="FILE",
+                   help="create FILE once the sockets are open (lets a runner start traffic only when "
+                   "every endpoint is up)")
     o = p.add_argument_group("output")
     out = o.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the metrics as JSON on stdout")
@@ -304,6 +319,9 @@ def _register_send(sub: argparse._SubParsersAction) -> None:
                    help="(initial) congestion window in packets (default 64)")
     t.add_argument("--seed", type=nonneg_int, default=0, metavar="N",
                    help="seed for the path policy's random choices (default 0)")
+    t.add_argument("--hold", action="store_true",
+                   help="open the sockets (and write --ready-file), then wait for SIGUSR1 before sending, "
+                   "so that many senders start together; SIGTERM/SIGINT while waiting exit without sending")
     t.add_argument("--connect-timeout", type=positive_float, default=5.0, metavar="S",
                    help="give up if the receiver has not answered after S seconds (default 5)")
     _add_common(p)
@@ -326,7 +344,7 @@ def _config(args: argparse.Namespace, **extra: Any) -> TransportConfig:
     fields: dict[str, Any] = {
         "delivery": args.delivery, "recovery": args.recovery, "ack_delay": args.ack_delay, "ack_batch": args.ack_batch,
     }
-    if args.mtu is not None:
+    if isinstance(args.mtu, int):
         fields["mtu"] = args.mtu
     fields.update({k: v for k, v in extra.items() if v is not None})
     if fields.get("window") is not None:
@@ -365,6 +383,28 @@ def _signals_stop(loop: Sender | Receiver) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def _open_and_hold(sender: Sender, args: argparse.Namespace) -> bool:
+    """Open the sockets and announce readiness; with --hold, wait for SIGUSR1. False: told to stop."""
+    if not args.hold:
+        sender.open()
+        announce_ready(args.ready_file)
+        return True
+    # Blocked before announcing, so a start signal sent the moment the file appears cannot be lost
+    # (SIGUSR1's default action would end the process).
+    waited = {signal.SIGUSR1, signal.SIGTERM, signal.SIGINT}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    try:
+        sender.open()
+        announce_ready(args.ready_file)
+        got = signal.sigwait(waited)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    if got != signal.SIGUSR1:
+        sender.close()
+        return False
+    return True
+
+
 def _progress(args: argparse.Namespace) -> Callable[[dict[str, Any]], None] | None:
     if not (args.progress or sys.stderr.isatty()):
         return None
@@ -389,7 +429,7 @@ def _emit(args: argparse.Namespace, metrics: dict[str, Any], summary: str) -> No
 
 
 def _cmd_recv(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = _config(args, **({"mtu": local_datagram_size(args.bind)} if args.mtu == "auto" else {}))
     receiver = Receiver(
         config,
         bind=args.bind,
@@ -402,6 +442,7 @@ def _cmd_recv(args: argparse.Namespace) -> int:
         progress=_progress(args),
     )
     receiver.open()
+    announce_ready(args.ready_file)
     host, port = receiver.address
     if args.progress or sys.stderr.isatty():
         print(f"srd recv: listening on {host}:{port}", file=sys.stderr, flush=True)
@@ -435,11 +476,14 @@ def _cmd_send(args: argparse.Namespace) -> int:
     if args.base_port and args.base_port + args.evs - 1 > 65535:
         raise EndpointError(f"--base-port {args.base_port} + --evs {args.evs} exceeds port 65535; "
                             "lower --base-port or --evs")
-    config = _config(args, path_policy=args.policy, num_evs=args.evs, cc=args.cc, window=args.window)
     try:
         resolve(host, port)
     except EndpointError as exc:
         raise EndpointError(f"--to {host}: {exc}") from None
+    extra: dict[str, Any] = {}
+    if args.mtu == "auto":
+        extra["mtu"] = path_datagram_size(host, port)
+    config = _config(args, path_policy=args.policy, num_evs=args.evs, cc=args.cc, window=args.window, **extra)
     sender = Sender(
         config,
         host,
@@ -452,6 +496,9 @@ def _cmd_send(args: argparse.Namespace) -> int:
         connect_timeout=args.connect_timeout,
         progress=_progress(args),
     )
+    if not _open_and_hold(sender, args):
+        print("fabriclab srd send: stopped before the start signal; nothing sent", file=sys.stderr)
+        return 0
     with _signals_stop(sender):
         metrics = sender.run()
     ct = metrics["completion_times"]

@@ -29,6 +29,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from transport import wire
@@ -193,6 +194,79 @@ def resolve(host: str, port: int) -> tuple[int, tuple[Any, ...]]:
     return family, sockaddr
 
 
+# IPv4 / IPv6 header plus UDP header: what the path MTU holds besides one transport datagram.
+_IP_UDP_OVERHEAD = {socket.AF_INET: 20 + 8, socket.AF_INET6: 40 + 8}
+# Linux socket options (not exported by every Python build): the route's MTU on a connected socket.
+_IP_MTU = getattr(socket, "IP_MTU", 14)
+_IPV6_MTU = getattr(socket, "IPV6_MTU", 24)
+
+
+# `--mtu auto` never goes above a jumbo Ethernet frame: loopback's 64 KiB MTU would make one datagram
+# hold a whole window and shrink the receiver's reassembly window to a handful of packets.
+AUTO_MTU_CAP = 9000
+
+
+def path_datagram_size(host: str, port: int) -> int:
+    """The largest UDP payload that crosses the path to host:port unfragmented: the route's MTU (the
+    outgoing interface's, or a learned smaller path MTU, at most AUTO_MTU_CAP) less the IP and UDP
+    headers."""
+    family, dest = resolve(host, port)
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(dest)  # no packet leaves: it only picks the route
+            if family == socket.AF_INET6:
+                mtu = s.getsockopt(socket.IPPROTO_IPV6, _IPV6_MTU)
+            else:
+                mtu = s.getsockopt(socket.IPPROTO_IP, _IP_MTU)
+        except OSError as exc:
+            raise EndpointError(f"cannot find the path MTU to {host}: {exc.strerror}; give --mtu BYTES") from exc
+    return min(mtu, AUTO_MTU_CAP) - _IP_UDP_OVERHEAD.get(family, 28)
+
+
+def local_datagram_size(bind: str) -> int:
+    """For a receiver: the largest UDP payload its interfaces take unfragmented, from the MTU of the
+    interface that holds `bind` (of the largest non-loopback interface for a wildcard address)."""
+    mtus: dict[str, int] = {}
+    for name in os.listdir("/sys/class/net"):
+        try:
+            mtus[name] = int(Path(f"/sys/class/net/{name}/mtu").read_text())
+        except (OSError, ValueError):
+            continue
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    chosen = None
+    if bind not in ("0.0.0.0", "::", ""):
+        chosen = _interface_of(bind, family)
+    mtu = mtus[chosen] if chosen in mtus else max((m for n, m in mtus.items() if n != "lo"), default=1500)
+    return min(mtu, AUTO_MTU_CAP) - _IP_UDP_OVERHEAD[family]
+
+
+def _interface_of(addr: str, family: int) -> str | None:
+    """The interface whose address is `addr`: the kernel routes a local address through `lo`, so ask
+    which interface a socket bound to it would leave by toward that interface's own subnet instead."""
+    import fcntl  # Linux only, like the rest of this lookup
+
+    if family != socket.AF_INET:
+        return None
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                req = struct.pack("256s", name.encode()[:15])
+                got = fcntl.ioctl(s.fileno(), siocgifaddr, req)
+            except OSError:
+                continue
+            if socket.inet_ntoa(got[20:24]) == addr:
+                return name
+    return None
+
+
+def announce_ready(path: str | None) -> None:
+    """Create `path` (atomically) once the endpoint's sockets are open: the runner starts traffic only
+    when every endpoint has done so, so start-up (imports, binding) stays out of the measured window."""
+    if path:
+        write_json({"pid": os.getpid(), "t": time.monotonic()}, path)
+
+
 def write_json(metrics: dict[str, Any], path: str | None) -> None:
     """Write metrics as JSON to `path` atomically (a reader never sees half a file)."""
     if not path:
@@ -291,6 +365,8 @@ class _Loop:
         self.stop_reason = ""
         self.started = 0.0
         self.finished = 0.0
+        self._cpu_started: float | None = None  # process CPU seconds when the loop started / ended
+        self._cpu_finished: float | None = None
         self._next_progress = 0.0
         self._recv_size = max(65535, config.mtu + 64)
 
@@ -334,6 +410,7 @@ class _Loop:
         drain = self._drain
         wake_fd = self._wake_fd
         self.started = mono()
+        self._cpu_started = time.process_time()
         deadline = self.started + self.duration if self.duration else None
         self._next_progress = self.started + self.progress_interval
         try:
@@ -380,6 +457,14 @@ class _Loop:
                     ready = poll(0)
         finally:
             self.finished = mono()
+            self._cpu_finished = time.process_time()
+
+    def cpu_metrics(self) -> dict[str, float]:
+        """CPU seconds of this process: while the loop ran (the traffic), and in all (start-up too)."""
+        end = self._cpu_finished if self._cpu_finished is not None else time.process_time()
+        start = self._cpu_started if self._cpu_started is not None else end
+        return {"cpu_run_s": round(end - start, 4),
+                "cpu_total_s": round(time.process_time(), 4)}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -674,6 +759,7 @@ class Sender(_Loop):
         duration = max(1e-9, end - self.started)
         acked = self.bytes_acked
         return {
+            **self.cpu_metrics(),
             "role": self.role,
             "destination": f"{self.host}:{self.port}",
             "connection_id": self.connection_id,
@@ -975,6 +1061,7 @@ class Receiver(_Loop):
         duration = end - start
         wall = (self.finished or time.monotonic()) - self.started
         return {
+            **self.cpu_metrics(),
             "role": self.role,
             "listen": f"{self.bind}:{self.port if self.sock is None else self.sock.getsockname()[1]}",
             "stop_reason": self.stop_reason,
