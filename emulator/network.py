@@ -29,7 +29,7 @@ from emulator.errors import EmulatorError
 from emulator.shaping import Impairment, InterfaceShaper, rate_change_command
 from emulator.state import BRIDGE_MARK, RunState, active_runs, interface_exists
 from emulator.system import Capabilities, capabilities, require_ready
-from topologies.model import Link, Topology
+from topologies.model import DEFAULT_MTU, Link, Topology
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +232,9 @@ class Fabric:
             if self.datapath == "user":
                 cmds += [f"ethtool -K {i.name} tx off rx off >/dev/null 2>&1" for i in node.intfList()
                          if i.name != "lo"]
+            if self.topology.mtu != DEFAULT_MTU:
+                cmds += [f"ip link set dev {i.name} mtu {self.topology.mtu}" for i in node.intfList()
+                         if i.name != "lo"]
             node.cmd(" ; ".join(cmds))
         for intf in self._root_interfaces():
             path = Path(f"/proc/sys/net/ipv6/conf/{intf}/disable_ipv6")
@@ -268,6 +271,21 @@ class Fabric:
         code, out = _root_runner(cmd)
         if code != 0:
             raise EmulatorError(f"ovs-vsctl could not attach the switches to the controller: {out.strip()}")
+        if self.topology.mtu != DEFAULT_MTU:
+            self._set_switch_mtu(self.topology.mtu)
+
+    def _set_switch_mtu(self, mtu: int) -> None:
+        """Jumbo frames on the switch ends: the veth itself, and OVS's port (mtu_request), whose
+        userspace datapath sizes its receive buffers from it and would truncate larger frames."""
+        cmd = ["ovs-vsctl", "--timeout=30"]
+        for intf in self._root_interfaces():
+            code, out = _root_runner(["ip", "link", "set", "dev", intf, "mtu", str(mtu)])
+            if code != 0:
+                raise EmulatorError(f"cannot set MTU {mtu} on {intf}: {out.strip()}; use a smaller mtu")
+            cmd += ["--", "set", "Interface", intf, f"mtu_request={mtu}"]
+        code, out = _root_runner(cmd)
+        if code != 0:
+            raise EmulatorError(f"ovs-vsctl could not set MTU {mtu} on the switch ports: {out.strip()}")
 
     # -- use -----------------------------------------------------------------------------------
     @property

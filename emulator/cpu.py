@@ -1,0 +1,111 @@
+"""Where the CPU goes while an emulated fabric carries traffic: machine idle time and per-component CPU.
+
+An emulator's numbers are only right while the CPU keeps up (Mininet-HiFi kept at least 35 % idle).
+`cpu_times` / `idle_fraction` read the machine's aggregate idle time from /proc/stat; `CpuLedger`
+charges CPU seconds over a window to the processes that spent them: Open vSwitch (whose thread also
+runs the kernel's forwarding work for the packets it sends), the controller, the runner itself, and
+whatever else ran (kernel threads, softirqs on other cores, unrelated processes). Endpoints report
+their own CPU time in their metrics, because they have exited by the time the window closes.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass, field
+from pathlib import Path
+
+OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies from /proc/stat's aggregate line; hosts share the kernel, so it is global."""
+    with open("/proc/stat") as fh:
+        parts = fh.readline().split()
+    values = [int(x) for x in parts[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return idle, sum(values[:8])
+
+
+def idle_fraction(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    d_total = after[1] - before[1]
+    if d_total <= 0:
+        return None
+    return (after[0] - before[0]) / d_total
+
+
+def process_cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of a live process (all its threads), or None if it is gone."""
+    if not pid:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _HZ
+
+
+def ovs_pid() -> int | None:
+    try:
+        return int(OVS_PIDFILE.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def own_cpu_seconds() -> float:
+    """This process's CPU (every thread: the runner's loop, the sampler), not its children's."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+@dataclass
+class CpuSnapshot:
+    busy_s: float  # machine-wide busy CPU seconds (all cores) since boot
+    components: dict[str, float | None] = field(default_factory=dict)
+
+
+def machine_busy_seconds() -> float:
+    idle, total = cpu_times()
+    return (total - idle) / _HZ
+
+
+class CpuLedger:
+    """Charges CPU over a window to named processes. `pids` maps a component to its process id; the
+    runner itself is always `runner`."""
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        self.pids = dict(pids)
+        self.start: CpuSnapshot | None = None
+
+    def snapshot(self) -> CpuSnapshot:
+        comps = {name: process_cpu_seconds(pid) for name, pid in self.pids.items()}
+        comps["runner"] = own_cpu_seconds()
+        return CpuSnapshot(machine_busy_seconds(), comps)
+
+    def open(self) -> None:
+        self.start = self.snapshot()
+
+    def close(self, endpoints_s: float | None = None) -> dict[str, float | None]:
+        """CPU seconds per component since `open()`; `endpoints_s` is what the endpoints reported for
+        the same window, and `other` is the machine's busy time that no component accounts for."""
+        assert self.start is not None, "open() first"
+        end = self.snapshot()
+        out: dict[str, float | None] = {}
+        for name, before in self.start.components.items():
+            after = end.components.get(name)
+            out[name] = None if before is None or after is None else round(after - before, 3)
+        if endpoints_s is not None:
+            out["endpoints"] = round(endpoints_s, 3)
+        busy = end.busy_s - self.start.busy_s
+        out["other"] = round(max(0.0, busy - sum(v for v in out.values() if v is not None)), 3)
+        out["total"] = round(busy, 3)
+        return out
+
+
+def per_million_packets(cpu_s: dict[str, float | None], packets: int) -> dict[str, float | None]:
+    """CPU seconds per million packets delivered, per component (None where unknown or no packets)."""
+    if packets <= 0:
+        return {k: None for k in cpu_s}
+    return {k: None if v is None else round(v / (packets / 1e6), 2) for k, v in cpu_s.items()}
