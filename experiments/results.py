@@ -18,13 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from emulator import cpu
 from experiments import analysis
 from experiments.model import Arm
 from topologies import Topology
 
 SCHEMA_VERSION = 2  # 2: arms carry slowdown_mean / slowdown_max, sized flows ideal_fct_s / slowdown
 SERIES_BIN = 0.1  # seconds per goodput-series bin
-WARMUP_S = 1.5  # CPU samples this early in the traffic are not judged (see arm_result)
+SAMPLE_DT = 0.5  # seconds a CPU sample covers when it does not say (older results)
 
 TOP_KEYS: dict[str, type | tuple[type, ...]] = {
     "schema": int,
@@ -369,10 +370,10 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
         s = f.get("series_bps") or []
         agg[: len(s)] += np.asarray(s[:n_bins])
     entry["goodput_series"] = {"bin_s": SERIES_BIN, "bps": [round(float(x), 1) for x in agg]}
-    # Fidelity: CPU idle while traffic ran, switch load, drops outside the shaped queues.
-    # From 1.5 s in: every endpoint is a Python process whose start-up (imports) briefly takes all CPU,
-    # before any traffic to speak of flows; that start-up says nothing about the emulation.
-    idle = [c["idle"] for c in raw.get("cpu", []) if t0 + WARMUP_S <= c["t"] <= t0 + traffic_s + 0.1]
+    # Fidelity: CPU idle while traffic ran, switch load, drops outside the shaped queues. Endpoints
+    # start (interpreter, imports, sockets) before t0, so only samples taken mostly inside the traffic
+    # window are judged: a start-up blip does not count, a shortage during traffic does.
+    idle = traffic_idle(raw.get("cpu", []), t0, t0 + traffic_s)
     shaped_sw, ovs_drops = _drops(raw, topo)
     socket_drops = sum(f.get("socket_drops", 0) or 0 for f in flows)
     socket_drops += sum(f.get("receiver_socket_drops_total", 0) or 0 for f in flows)
@@ -380,6 +381,7 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
     _, _, npkts = analysis.window_bytes(samples)
     fid = analysis.fidelity_verdict(idle, links.switch_pps, outside, sum(npkts.values()))
     entry["fidelity"] = fid.to_dict()
+    entry["cpu_budget"] = cpu_budget(raw, topo, npkts)
     entry["queue_drops"] = _queue_drop_delta(raw)
     entry["cpu_idle"] = [c["idle"] for c in raw.get("cpu", [])]
     entry["faults"] = raw.get("faults", [])
@@ -390,6 +392,40 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
     entry["datapath"] = raw.get("datapath")
     entry["loss_method"] = raw.get("loss_method")
     return entry
+
+
+def traffic_idle(cpu: list[dict[str, float]], start: float, end: float) -> list[float]:
+    """Idle fractions of the CPU samples that lie at least half inside [start, end] (a sample at `t`
+    covers the `dt` seconds before it)."""
+    out = []
+    for c in cpu:
+        lo, hi = c["t"] - c.get("dt", SAMPLE_DT), c["t"]
+        inside = max(0.0, min(hi, end) - max(lo, start))
+        if hi > lo and inside >= 0.5 * (hi - lo):
+            out.append(c["idle"])
+    return out
+
+
+def cpu_budget(raw: dict[str, Any], topo: Topology, npkts: dict[Any, int]) -> dict[str, Any] | None:
+    """CPU seconds per component over the traffic window, and per million packets delivered to hosts
+    (DATA and ACKs alike: every packet a host received from its switch)."""
+    window = raw.get("cpu_window")
+    if not window:
+        return None
+    run_s = [m.get("cpu_run_s") for m in (raw.get("endpoints") or {}).values() if isinstance(m, dict)]
+    if any(v is not None for v in run_s):
+        window = {**window, "endpoints": round(sum(v for v in run_s if v is not None), 3)}
+        window["other"] = round(max(0.0, window["total"] - sum(
+            v for k, v in window.items() if k not in ("other", "total") and v is not None)), 3)
+    hosts = {h.name for h in topo.hosts}
+    delivered = 0
+    for key, n in npkts.items():
+        name, src = key
+        lk = next((lk for lk in topo.links if lk.name == name), None)
+        if lk is not None and lk.peer(src) in hosts:
+            delivered += n
+    return {"window_s": raw.get("traffic_s"), "packets_delivered": delivered, "cpu_s": window,
+            "cpu_s_per_mpkt": cpu.per_million_packets(window, delivered)}
 
 
 def _queue_drop_delta(raw: dict[str, Any]) -> dict[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import signal
@@ -21,14 +22,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from emulator import cpu
 from emulator.errors import EmulatorError
 from emulator.network import _Terminated
 from experiments import analysis
 from experiments.model import Arm, Experiment, Fault, Workload
 from topologies import Topology
+from transport.wire import DATA_HEADER_LEN
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +43,14 @@ SAMPLE_INTERVAL = 0.5
 # Time to give a fabric that another run holds: poll this often, for at most this long.
 BUSY_POLL_S = 20.0
 BUSY_WAIT_MAX_S = 900.0
-# Payload bytes per datagram / bytes on the wire (transport header 42, UDP 8, IP 20, Ethernet 14).
-WIRE_OVERHEAD = 42 + 8 + 20 + 14
+# Bytes around one transport datagram: IPv4 + UDP inside the MTU, Ethernet outside it.
+IP_UDP_HEADERS = analysis.UDP_IP_HEADERS
+# Header bytes on the wire per DATA packet: the transport's own header, UDP, IPv4 and Ethernet.
+WIRE_OVERHEAD = DATA_HEADER_LEN + IP_UDP_HEADERS + analysis.ETHERNET_HEADER
+# How long endpoints may take to start (interpreter, imports, sockets) before the arm gives up.
+READY_TIMEOUT_S = 60.0
+# Flow.start_s is honoured: each sender is released (or iperf3 client started) at t0 + start_s.
+FLOW_START_OFFSETS = True
 
 
 class ArmInterrupted(Exception):
@@ -73,6 +83,7 @@ class ArmContext:
     procs: list[subprocess.Popen] = field(default_factory=list)
     t0: float = 0.0  # time.monotonic() when the traffic started
     fault_log: list[dict[str, Any]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)  # the arm is ending: no more starts
 
 
 class Reporter:
@@ -116,12 +127,12 @@ class Sampler(threading.Thread):
             log.debug("link sample failed: %s", exc)
 
     def run(self) -> None:
-        prev = analysis.cpu_times()
+        prev = cpu.cpu_times()
         prev_t = time.monotonic()
         while not self._stop_evt.wait(self.interval):
             self.sample_once()
-            now = analysis.cpu_times()
-            idle = analysis.idle_fraction(prev, now)
+            now = cpu.cpu_times()
+            idle = cpu.idle_fraction(prev, now)
             t = time.monotonic()
             if idle is not None:
                 self.cpu.append({"t": t, "idle": round(idle, 4), "dt": round(t - prev_t, 3)})
@@ -183,26 +194,77 @@ def _popen(ctx: ArmContext, host: str, cmd: list[str], out_file: Path | None = N
     return p
 
 
-def _flow_bytes(ctx: ArmContext) -> int:
-    return ctx.bytes_per_flow
+def datagram_size(topo: Topology) -> int:
+    """The transport's datagram size on this fabric: its MTU less the IP and UDP headers."""
+    return topo.mtu - IP_UDP_HEADERS
+
+
+def _ready_file(ctx: ArmContext, name: str) -> Path:
+    d = ctx.raw_dir / "ready"
+    d.mkdir(exist_ok=True)
+    return d / name
+
+
+def wait_ready(files: list[Path], procs: list[subprocess.Popen], timeout: float = READY_TIMEOUT_S) -> list[int]:
+    """Wait until every endpoint has announced that its sockets are open; returns their pids (as the
+    endpoints wrote them). An endpoint that exits first, or a timeout, is an error naming why."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if all(f.exists() for f in files):
+            return [json.loads(f.read_text())["pid"] for f in files]
+        for p in procs:
+            if p.poll() is not None:
+                err = p.stderr.read().decode(errors="replace").strip() if p.stderr else ""
+                last = err.splitlines()[-1] if err else f"exit status {p.returncode}"
+                raise EmulatorError(f"an endpoint exited before it was ready: {last}")
+        if time.monotonic() > deadline:
+            missing = sum(not f.exists() for f in files)
+            raise EmulatorError(f"{missing} of {len(files)} endpoints were not ready after {timeout:.0f} s; "
+                                "the machine may be overloaded")
+        time.sleep(0.02)
+
+
+def _start_on_schedule(ctx: ArmContext, starts: list[tuple[float, Callable[[], None]]]) -> None:
+    """Run each start at ctx.t0 + its offset: those due now at once, later ones from a thread that the
+    arm's stop event ends (held senders that never get their signal exit on SIGTERM, sending nothing)."""
+    starts = sorted(starts, key=lambda s: s[0])
+    while starts and starts[0][0] <= 0:
+        starts.pop(0)[1]()
+    if not starts:
+        return
+
+    def run() -> None:
+        for at, start in starts:
+            if ctx.stop.wait(max(0.0, ctx.t0 + at - time.monotonic())):
+                return
+            try:
+                start()
+            except OSError as exc:  # the endpoint already ended: its own error is reported
+                log.debug("late start failed: %s", exc)
+
+    threading.Thread(target=run, daemon=True, name="fabriclab-starts").start()
 
 
 def start_srd(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.Popen]]:
+    """Receivers first, then every sender held with its sockets open; traffic starts (t0) when all are
+    ready, so interpreter start-up and imports stay out of the measured window."""
     arm, w = ctx.arm, ctx.workload
-    common = ["--recovery", arm.recovery, "--delivery", arm.delivery]
-    receivers = []
+    common = ["--recovery", arm.recovery, "--delivery", arm.delivery, "--mtu", str(datagram_size(ctx.topo))]
+    receivers, ready = [], []
     for dst in sorted({f.dst for f in ctx.flows}):
-        cmd = _cli("srd", "recv", "--bind", ctx.fab.ip(dst), "--port", str(SRD_PORT),
+        ready.append(_ready_file(ctx, f"recv-{dst}"))
+        cmd = _cli("srd", "recv", "--bind", ctx.fab.ip(dst), "--port", str(SRD_PORT), "--ready-file", str(ready[-1]),
                    "--json-out", str(ctx.raw_dir / f"recv-{dst}.json"), *common)
         if w.request_response:
             cmd += ["--response-size", "64"]
         receivers.append(_popen(ctx, dst, cmd))
-    time.sleep(0.5)  # the receivers bind their sockets (a sender retries, but this avoids ICMP noise)
-    senders = []
-    ctx.t0 = time.monotonic()
+    wait_ready(ready, receivers)
+    senders, ready = [], []
     for i, f in enumerate(ctx.flows):
+        ready.append(_ready_file(ctx, f"send-{i}"))
         cmd = _cli("srd", "send", "--to", f"{ctx.fab.ip(f.dst)}:{SRD_PORT}", "--policy", arm.policy,
                    "--seed", str(ctx.seed * 1000 + i), "--base-port", str(BASE_PORT + 16 * f.index),
+                   "--hold", "--ready-file", str(ready[-1]),
                    "--size", str(w.message_size), "--json-out", str(ctx.raw_dir / f"send-{i}-{f.src}-{f.dst}.json"),
                    *common)
         if ctx.bytes_per_flow:
@@ -214,6 +276,10 @@ def start_srd(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.
             cmd += ["--request-response", "--closed-loop", "8"]
         cmd += list(arm.options)
         senders.append(_popen(ctx, f.src, cmd))
+    pids = wait_ready(ready, senders)
+    ctx.t0 = time.monotonic()
+    _start_on_schedule(ctx, [(f.start_s, partial(os.kill, pid, signal.SIGUSR1))
+                             for f, pid in zip(ctx.flows, pids, strict=True)])
     return receivers, senders
 
 
@@ -225,19 +291,28 @@ def start_tcp(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.
         ports[f"{i}"] = port
         receivers.append(_popen(ctx, f.dst, ["iperf3", "-s", "-1", "-p", str(port), "-J"],
                                 ctx.raw_dir / f"iperf-server-{i}-{f.dst}.json"))
-    time.sleep(0.5)
-    senders = []
-    ctx.t0 = time.monotonic()
-    for i, f in enumerate(ctx.flows):
+    time.sleep(0.5)  # iperf3 (C) starts in milliseconds; its servers only need to be listening
+    senders: list[subprocess.Popen] = []
+
+    def client(i: int, f: Flow) -> None:
         # A fixed client port: ECMP hashes it, so the same seed gives the same paths.
         cport = BASE_PORT + 256 + (ctx.seed * 7 + i * 16) % 4096
         cmd = ["iperf3", "-c", ctx.fab.ip(f.dst), "-p", str(ports[f"{i}"]), "--cport", str(cport), "-J",
                "-i", "0.1"]
-        if ctx.bytes_per_flow:
-            cmd += ["-n", str(ctx.bytes_per_flow)]
+        if f.size or ctx.bytes_per_flow:
+            cmd += ["-n", str(f.size or ctx.bytes_per_flow)]
         else:
             cmd += ["-t", f"{ctx.duration:g}"]
         senders.append(_popen(ctx, f.src, cmd, ctx.raw_dir / f"iperf-client-{i}-{f.src}-{f.dst}.json"))
+
+    ctx.t0 = time.monotonic()
+    now = [(0.0, partial(client, i, f)) for i, f in enumerate(ctx.flows) if f.start_s <= 0]
+    _start_on_schedule(ctx, now)
+    late = [f for f in ctx.flows if f.start_s > 0]
+    if late:
+        # A late client does not exist yet when run_arm collects the senders: it waits on this
+        # list object, which the start thread appends to.
+        _start_on_schedule(ctx, [(f.start_s, partial(client, ctx.flows.index(f), f)) for f in late])
     return receivers, senders
 
 
@@ -401,15 +476,19 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
         late = [f for f in arm.faults if f.at_s > 0]
         for f in early:
             apply_fault(ctx, f, sampler)
-        stop_faults = threading.Event()
+        stop_faults = ctx.stop
+        ledger = cpu.CpuLedger({"ovs": cpu.ovs_pid(), "controller": fab.controller.pid if fab.controller else None})
         try:
             receivers, senders = STARTERS[arm.kind](ctx)
+            ledger.open()
             fault_th = _fault_thread(ctx, late, sampler, stop_faults, raw["fault_errors"]) if late else None
+            last_start = max((f.start_s for f in flows), default=0.0)
             expected = duration
-            limit = (3 * duration + 20) if bytes_per_flow else duration + 20
+            limit = last_start + ((3 * duration + 20) if bytes_per_flow else duration + 20)
             if arm.kind == "allreduce":
                 limit = max(limit, 120.0)
-            while any(p.poll() is None for p in senders):
+            # Late flows (a traffic matrix's later starts) may not have a process yet.
+            while any(p.poll() is None for p in senders) or time.monotonic() < ctx.t0 + last_start:
                 elapsed = time.monotonic() - ctx.t0
                 reporter.arm_progress(min(0.99, elapsed / max(expected, 1e-3)))
                 if elapsed > limit:
@@ -417,6 +496,7 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
                     break
                 time.sleep(0.2)
             t_end = time.monotonic()
+            raw["cpu_window"] = ledger.close()
             time.sleep(0.3)  # the last ACKs reach the senders; the receivers' counters settle
             stop_faults.set()
             if fault_th is not None:
@@ -505,8 +585,8 @@ def flow_bytes(w: Workload, topo: Topology, duration: float) -> int:
     if not w.fill:
         return 0
     host_rate = min(lk.rate_mbps for h in topo.hosts for lk in topo.links_of(h.name))
-    payload = 1400 - 42
-    goodput_rate = host_rate * 1e6 * payload / (1400 + WIRE_OVERHEAD - 42)
+    payload = datagram_size(topo) - DATA_HEADER_LEN
+    goodput_rate = host_rate * 1e6 * payload / (payload + WIRE_OVERHEAD)
     return int(w.fill * goodput_rate * duration / 8 / w.message_size) * w.message_size or w.message_size
 
 
