@@ -483,6 +483,12 @@ def topology_base_rtt(topo: Topology, src: str, dst: str, framing: Framing) -> f
     return rtt
 
 
+def wire_efficiency(framing: Framing, size: int = 64 << 20) -> float:
+    """Payload bytes per byte on the wire for a long transfer cut this way (ACKs, which travel the
+    other way, are not counted)."""
+    return size / wire_bytes(size, framing)
+
+
 def first_packet_bytes(size: int, framing: Framing) -> int:
     """Bytes on the wire of a flow's first packet."""
     if size <= 0:

@@ -66,6 +66,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(p)
     p.set_defaults(func=cmd_demo, name=DEMO_EXPERIMENT)
 
+    from experiments.live.commands import _subcommands_of
+
+    bench = _subcommands_of(sub.choices["bench"])
+    p = bench.add_parser(
+        "fidelity", help="does the emulator keep up with the demo? CPU idle and CPU per packet, per component",
+        description="Run ecmp-vs-spray on the demo's fabric and on a 16-host 4x4x4 permutation (or the "
+        "fabrics given with --topo) and print, per arm: the fidelity verdict (CPU idle min and mean over the "
+        "traffic window; trusted needs at least 35 %% idle), goodput as a share of the ideal and of what the "
+        "wire format allows, and CPU seconds per million packets delivered for Open vSwitch, the "
+        "endpoints, the controller, the runner and the rest. Takes a few minutes.")
+    p.add_argument("--topo", action="append", default=None, metavar="SPEC",
+                   help="a fabric to run instead of the defaults (repeatable)")
+    p.add_argument("--duration", type=_positive, default=None, metavar="S",
+                   help="seconds of traffic per arm (default: the experiment's, 10)")
+    p.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",
+                   help="results root (default: results)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_bench_fidelity)
+
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topo", metavar="SPEC", default=None, help="fabric (default: the experiment's own)")
@@ -161,6 +180,24 @@ def _run(args: argparse.Namespace) -> int:
     if not doc["complete"]:
         print("run interrupted: finished arms kept, marked incomplete", file=sys.stderr)
         return 130
+    return 0
+
+
+def cmd_bench_fidelity(args: argparse.Namespace) -> int:
+    from emulator.cli import _on_sigterm
+    from experiments import fidelity_bench
+
+    cases = ([(f"topo{i + 1}", spec) for i, spec in enumerate(args.topo)] if args.topo
+             else list(fidelity_bench.DEFAULT_CASES))
+    from topologies import parse_spec
+
+    for _, spec in cases:  # every fabric is checked before the first is brought up
+        if spec:
+            parse_spec(spec)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    result = fidelity_bench.run_fidelity_bench(
+        cases, args.duration, args.out, progress=lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
+    print(json.dumps(result, indent=1) if args.json else fidelity_bench.text_report(result))
     return 0
 
 

@@ -10,6 +10,7 @@ COLUMNS = (
     ("arm", "name"),
     ("goodput", "goodput_bps"),
     ("of ideal", "goodput_fraction"),
+    ("of wire", "goodput_of_wire"),
     ("imbalance", "link_imbalance"),
     ("hot links", "hot_links"),
     ("compl. p50", "completion_p50_s"),
@@ -27,7 +28,7 @@ def _fmt(key: str, value: Any) -> str:
         return "-"
     if key == "goodput_bps":
         return f"{value / 1e6:.2f} Mb/s"
-    if key == "goodput_fraction":
+    if key in ("goodput_fraction", "goodput_of_wire"):
         return f"{value:.0%}"
     if key in ("link_imbalance", "slowdown_mean", "slowdown_max"):
         return f"{value:.2f}"
@@ -51,7 +52,8 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
             rows.append([a["name"], f"ERROR: {a['error']}"[:80]] + [""] * (len(COLUMNS) - 2))
             continue
         # Workloads without a fabric-wide ideal (ping, all-reduce) have no "of ideal" to show.
-        shown = {k: (None if k == "goodput_fraction" and not a.get("ideal_bps") else a.get(k)) for _, k in COLUMNS}
+        shown = {k: (None if k in ("goodput_fraction", "goodput_of_wire") and not a.get("ideal_bps") else a.get(k))
+                 for _, k in COLUMNS}
         rows.append([_fmt(k, shown[k]) for _, k in COLUMNS])
     return rows
 

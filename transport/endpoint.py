@@ -36,6 +36,7 @@ from transport import wire
 from transport.config import TransportConfig
 from transport.connection import Connection
 from transport.events import MessageAcked, MessageReceived
+from transport.metrics import preload as preload_metrics
 
 log = logging.getLogger(__name__)
 
@@ -264,6 +265,7 @@ def announce_ready(path: str | None) -> None:
     """Create `path` (atomically) once the endpoint's sockets are open: the runner starts traffic only
     when every endpoint has done so, so start-up (imports, binding) stays out of the measured window."""
     if path:
+        preload_metrics()
         write_json({"pid": os.getpid(), "t": time.monotonic()}, path)
 
 

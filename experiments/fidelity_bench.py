@@ -1,0 +1,96 @@
+"""`fabriclab bench fidelity`: does the emulator keep up with its own demo, and where does the CPU go?
+
+Runs the ecmp-vs-spray experiment on a set of fabrics (by default the demo's own and a 16-host 4x4x4
+permutation) and reports, per arm, the fidelity verdict (CPU idle min / mean over the traffic window,
+the Mininet-HiFi 35 % rule), goodput as a share of what the wire format allows, and the CPU seconds each
+component spent per million packets delivered to the hosts: Open vSwitch (with the kernel's forwarding
+work done in its thread), the transport endpoints, the controller, the runner and everything else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "ecmp-vs-spray"
+# The demo's fabric (the experiment's default) and the 16-host permutation people scale up to.
+DEFAULT_CASES: tuple[tuple[str, str | None], ...] = (
+    ("demo", None),
+    ("permutation-4x4x4", "leaf-spine:spines=4,leaves=4,hosts=4,rate=4"),
+)
+
+
+def arm_summary(arm: dict[str, Any]) -> dict[str, Any]:
+    """The bench's view of one arm of results.json."""
+    fid = arm.get("fidelity") or {}
+    budget = arm.get("cpu_budget") or {}
+    return {
+        "arm": arm["name"],
+        "error": arm.get("error"),
+        "trusted": fid.get("trusted"),
+        "cpu_idle_min": fid.get("cpu_idle_min"),
+        "cpu_idle_mean": fid.get("cpu_idle_mean"),
+        "reasons": fid.get("reasons", []),
+        "goodput_mbps": round(arm.get("goodput_bps", 0.0) / 1e6, 2),
+        "goodput_of_ideal": _round(arm.get("goodput_fraction")),
+        "goodput_of_wire": _round(arm.get("goodput_of_wire")),
+        "packets_delivered": budget.get("packets_delivered"),
+        "cpu_s": budget.get("cpu_s"),
+        "cpu_s_per_mpkt": budget.get("cpu_s_per_mpkt"),
+    }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def run_fidelity_bench(cases: list[tuple[str, str | None]], duration: float | None, out: Path,
+                       progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the experiment once per case; one JSON-able summary."""
+    from experiments import driver
+
+    result: dict[str, Any] = {"experiment": EXPERIMENT, "cases": []}
+    for name, spec in cases:
+        exp, topo = driver.prepare(EXPERIMENT, spec, duration, None, None)
+        if progress:
+            progress(f"{name}: {exp.topology} ({len(exp.arms)} arms, {exp.duration_s:g} s each)")
+        rendered = driver.execute(exp, topo, out, None)
+        doc = rendered.doc
+        result["cases"].append({
+            "case": name,
+            "topology": exp.topology,
+            "mtu": topo.mtu,
+            "results": str(rendered.out_dir / "results.json"),
+            "trusted": all(a.get("fidelity", {}).get("trusted") for a in doc["arms"] if not a.get("error")),
+            "arms": [arm_summary(a) for a in doc["arms"]],
+        })
+    result["trusted"] = all(c["trusted"] for c in result["cases"])
+    return result
+
+
+def text_report(result: dict[str, Any]) -> str:
+    """A table per case: verdict, idle, goodput shares, CPU per million packets per component."""
+    lines = []
+    for case in result["cases"]:
+        lines.append(f"{case['case']}: {case['topology']} (MTU {case['mtu']}), trusted: "
+                     f"{str(case['trusted']).lower()}")
+        for a in case["arms"]:
+            if a["error"]:
+                lines.append(f"  {a['arm']:<12} ERROR {a['error']}")
+                continue
+            per = a["cpu_s_per_mpkt"] or {}
+            comps = ", ".join(f"{k} {v:g}" for k, v in per.items() if v is not None and k != "total")
+            idle = "-" if a["cpu_idle_min"] is None else f"{a['cpu_idle_min']:.0%} min / {a['cpu_idle_mean']:.0%} mean"
+            wire = "-" if a["goodput_of_wire"] is None else f"{a['goodput_of_wire']:.0%}"
+            lines.append(f"  {a['arm']:<12} trusted {str(a['trusted']).lower():<5}  idle {idle}  goodput "
+                         f"{a['goodput_mbps']:g} Mb/s ({wire} of wire)")
+            lines.append(f"  {'':<12} CPU s per million packets delivered ({a['packets_delivered']} pkts): "
+                         f"{comps}; total {per.get('total')}")
+            for r in a["reasons"]:
+                lines.append(f"  {'':<12} ! {r}")
+    lines.append(f"overall trusted: {str(result['trusted']).lower()}")
+    return "\n".join(lines)
