@@ -144,7 +144,39 @@ def _flow_order(name: str) -> tuple[int, str]:
     return (int(parts[1]), name) if len(parts) > 1 and parts[1].isdigit() else (1 << 30, name)
 
 
+def _tcpflow_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:
+    """Sized TCP flows (transport.tcpflow): the sender's completion is when the receiver had every byte;
+    the bytes counted are the receiver's."""
+    endpoints = raw.get("endpoints", {})
+    recv = {name.split("-")[2]: m for name, m in endpoints.items() if name.startswith("tcp-recv-")}
+    flows = []
+    for name in sorted(endpoints, key=lambda n: _flow_order(n.replace("tcp-send-", "x-"))):
+        if not name.startswith("tcp-send-"):
+            continue
+        m = endpoints[name]
+        _, _, idx, src, dst = name.split("-", 4)
+        r = recv.get(idx, {})
+        series = np.zeros(n_bins)
+        if m.get("t_start") is not None:
+            _rebin(m["t_start"], m.get("bin_s", SERIES_BIN), m.get("series_bps") or [], t0, n_bins, series)
+        completed = bool(m.get("completed"))
+        flows.append({
+            "src": src, "dst": dst, "index": int(idx),
+            "bytes": r.get("bytes", m.get("bytes", 0) if completed else 0),
+            "goodput_bps": m.get("goodput_bps", 0.0) if completed else 0.0,
+            "duration_s": m.get("duration_s") if completed else None,
+            "completed": completed,
+            "stop_reason": m.get("stop_reason"),
+            "retransmissions": m.get("retransmissions"),
+            "series_bps": [round(float(x), 1) for x in series],
+            "min_rtt_s": m.get("min_rtt_s"), "mss": m.get("mss"), "pmtu": m.get("pmtu"),
+        })
+    return flows
+
+
 def _tcp_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:
+    if any(name.startswith("tcp-send-") for name in raw.get("endpoints", {})):
+        return _tcpflow_flows(raw, t0, n_bins)
     endpoints = raw.get("endpoints", {})
     flows = []
     for name in sorted(endpoints, key=lambda n: _flow_order(n.replace("iperf-client-", "x-"))):

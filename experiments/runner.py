@@ -283,36 +283,56 @@ def start_srd(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.
     return receivers, senders
 
 
+def _tcp_client_port(ctx: ArmContext, i: int) -> int:
+    # A fixed client port: ECMP hashes it, so the same seed gives the same paths.
+    return BASE_PORT + 256 + (ctx.seed * 7 + i * 16) % 4096
+
+
 def start_tcp(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.Popen]]:
+    """TCP, the everyday baseline. Sized flows use transport.tcpflow, whose completion is when the
+    receiver has every byte (iperf3 -n ends a test once the sender has *written* its bytes, so a flow
+    that fits the socket buffers "completes" before most of it has crossed a slow link); timed flows
+    use iperf3 -t."""
+    if ctx.bytes_per_flow or any(f.size for f in ctx.flows):
+        return _start_tcpflow(ctx)
     receivers = []
-    ports: dict[str, int] = {}
     for i, f in enumerate(ctx.flows):
-        port = IPERF_PORT + i
-        ports[f"{i}"] = port
-        receivers.append(_popen(ctx, f.dst, ["iperf3", "-s", "-1", "-p", str(port), "-J"],
+        receivers.append(_popen(ctx, f.dst, ["iperf3", "-s", "-1", "-p", str(IPERF_PORT + i), "-J"],
                                 ctx.raw_dir / f"iperf-server-{i}-{f.dst}.json"))
     time.sleep(0.5)  # iperf3 (C) starts in milliseconds; its servers only need to be listening
-    senders: list[subprocess.Popen] = []
-
-    def client(i: int, f: Flow) -> None:
-        # A fixed client port: ECMP hashes it, so the same seed gives the same paths.
-        cport = BASE_PORT + 256 + (ctx.seed * 7 + i * 16) % 4096
-        cmd = ["iperf3", "-c", ctx.fab.ip(f.dst), "-p", str(ports[f"{i}"]), "--cport", str(cport), "-J",
-               "-i", "0.1"]
-        if f.size or ctx.bytes_per_flow:
-            cmd += ["-n", str(f.size or ctx.bytes_per_flow)]
-        else:
-            cmd += ["-t", f"{ctx.duration:g}"]
-        senders.append(_popen(ctx, f.src, cmd, ctx.raw_dir / f"iperf-client-{i}-{f.src}-{f.dst}.json"))
-
+    senders = []
     ctx.t0 = time.monotonic()
-    now = [(0.0, partial(client, i, f)) for i, f in enumerate(ctx.flows) if f.start_s <= 0]
-    _start_on_schedule(ctx, now)
-    late = [f for f in ctx.flows if f.start_s > 0]
-    if late:
-        # A late client does not exist yet when run_arm collects the senders: it waits on this
-        # list object, which the start thread appends to.
-        _start_on_schedule(ctx, [(f.start_s, partial(client, ctx.flows.index(f), f)) for f in late])
+    for i, f in enumerate(ctx.flows):
+        cmd = ["iperf3", "-c", ctx.fab.ip(f.dst), "-p", str(IPERF_PORT + i), "--cport", str(_tcp_client_port(ctx, i)),
+               "-J", "-i", "0.1", "-t", f"{ctx.duration:g}"]
+        senders.append(_popen(ctx, f.src, cmd, ctx.raw_dir / f"iperf-client-{i}-{f.src}-{f.dst}.json"))
+    return receivers, senders
+
+
+def _start_tcpflow(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.Popen]]:
+    """One receiver per flow (each takes one connection), every sender connected and held, then all
+    released together (or at their matrix start times), as start_srd does."""
+    tcpflow = [sys.executable, "-m", "transport.tcpflow"]
+    timeout = f"{3 * ctx.duration + 20:g}"
+    receivers, ready = [], []
+    for i, f in enumerate(ctx.flows):
+        ready.append(_ready_file(ctx, f"tcp-recv-{i}"))
+        receivers.append(_popen(ctx, f.dst, [*tcpflow, "recv", "--bind", ctx.fab.ip(f.dst), "--port",
+                                             str(IPERF_PORT + i), "--timeout", timeout, "--ready-file", str(ready[-1]),
+                                             "--json-out", str(ctx.raw_dir / f"tcp-recv-{i}-{f.dst}.json")]))
+    wait_ready(ready, receivers)
+    senders, ready = [], []
+    for i, f in enumerate(ctx.flows):
+        ready.append(_ready_file(ctx, f"tcp-send-{i}"))
+        senders.append(_popen(ctx, f.src, [
+            *tcpflow, "send", "--to", f"{ctx.fab.ip(f.dst)}:{IPERF_PORT + i}", "--bytes",
+            str(f.size or ctx.bytes_per_flow), "--cport", str(_tcp_client_port(ctx, i)), "--hold",
+            "--timeout", timeout, "--ready-file", str(ready[-1]),
+            "--json-out", str(ctx.raw_dir / f"tcp-send-{i}-{f.src}-{f.dst}.json")]))
+    pids = wait_ready(ready, senders)
+    ctx.t0 = time.monotonic()
+    _start_on_schedule(ctx, [(f.start_s, partial(os.kill, pid, signal.SIGUSR1))
+                             for f, pid in zip(ctx.flows, pids, strict=True)])
     return receivers, senders
 
 

@@ -107,8 +107,10 @@ def test_run_with_a_traffic_matrix(tmp_path):
         got = sorted((f["src"], f["dst"], f["bytes"]) for f in a["flows"])
         assert [g[:2] for g in got] == [w[:2] for w in want], a["name"]
         for (_, _, size), (_, _, wanted) in zip(got, want, strict=True):
-            # iperf3 -n may finish the 128 KiB block it is writing; the transport sends exactly.
-            assert wanted <= size < wanted + (131072 if a["kind"] == "tcp" else 1), (a["name"], got)
+            # Both the transport and the sized-TCP tool send exactly the bytes asked for.
+            assert size == wanted, (a["name"], got)
         assert a["completion_kind"] == "flow" and a["slowdown_flows"] == 3
-        assert a["slowdown_max"] >= a["slowdown_mean"] >= 0.95
+        # A shaped link starts with a full token bucket (HTB burst, 15 kB), so a flow of a few hundred kB
+        # can beat size / rate by a few per cent: slowdown a little under 1 is the emulated link, not an error.
+        assert a["slowdown_max"] >= a["slowdown_mean"] >= 0.9
         assert all(f["base_rtt_s"] > 0 and f["ideal_fct_s"] > 0 for f in a["flows"])
