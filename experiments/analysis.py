@@ -67,7 +67,9 @@ def derangement_across(topo: Topology, seed: int, group_label: str | None = None
 
 
 def _group_label(topo: Topology) -> str | None:
-    for label in ("leaf", "server"):
+    # On three tiers the pod comes first, so that every flow crosses the top tier (the cores), where
+    # multi-stage hashing and spraying differ most.
+    for label in ("pod", "leaf", "edge", "server"):
         if any(label in h.labels for h in topo.hosts):
             return label
     return None
