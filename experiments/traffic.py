@@ -230,7 +230,7 @@ def workload(matrix: TrafficMatrix, topo: Topology, base: Workload | None = None
 def makespan_s(w: Workload, topo: Topology) -> float:
     """Seconds the busiest host link needs for the matrix's bytes (the transport's framing), after the
     latest start: the least time the whole matrix can take."""
-    framing = analysis.srd_framing(message_size=w.message_size)
+    framing = analysis.srd_framing(topo.mtu - analysis.UDP_IP_HEADERS, w.message_size)
     load: dict[tuple[str, str], float] = {}
     for f in w.flows:
         bits = 8 * analysis.wire_bytes(f.size, framing)

@@ -36,12 +36,14 @@ USER_ERRORS: tuple[type[BaseException], ...] = (EndpointError, ConfigError)
 _SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 # The UDP endpoints coalesce ACKs by default although the protocol core ACKs every packet: in a
-# Python process each datagram costs a wake-up and a syscall at both ends, far more than the
-# protocol work, and on slow emulated links one 94-byte ACK per 1442-byte packet also takes 6 % of
-# the reverse link, which the host's own data shares. One ACK per 4 packets, or after at most
-# 5 ms (under three packet times at 6 Mb/s, so low rates still ACK by batch or soon after).
-ENDPOINT_ACK_DELAY = 0.005
-ENDPOINT_ACK_BATCH = 4
+# Python process each datagram costs a wake-up and a syscall at both ends, and in the emulator every
+# packet also costs Open vSwitch a wake-up per switch it crosses (`fabriclab bench fidelity`); on slow
+# emulated links one 94-byte ACK per 1442-byte packet would also take 6 % of the reverse link, which
+# the host's own data shares. One ACK per 8 packets, or after at most 10 ms: at the demo's 4 Mb/s a
+# packet takes 3 ms, so ACKs still leave every few packets. Measured on the demo's sprayed arm, going
+# from 4 packets / 5 ms to 8 / 10 ms cut the packets the fabric carried by 16 % with the same goodput.
+ENDPOINT_ACK_DELAY = 0.010
+ENDPOINT_ACK_BATCH = 8
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -134,8 +134,9 @@ def test_the_matrix_replaces_the_planned_flows_and_sets_the_duration():
     assert [(f.src, f.dst, f.index, f.size) for f in flows] == [
         ("h1", "h4", 0, 3_000_000), ("h1", "h5", 1, 1_000_000), ("h6", "h1", 0, 500_000)]
     assert runner.flow_bytes(out.workload, topo, out.duration_s) == 3_000_000
-    # h1 sends 4 MB (plus headers) over its 6 Mb/s link: the makespan, rounded up to 0.1 s.
-    assert out.duration_s == pytest.approx(5.7)
+    # h1 sends 4 MB plus 84 bytes of headers per 1430-byte payload (1500-byte MTU) over its 4 Mb/s link:
+    # 8.47 s, the makespan, rounded up to 0.1 s.
+    assert out.duration_s == pytest.approx(8.5)
     assert out.extra["traffic_matrix"] == {"file": "t.cm", "nodes": 6, "connections": 3}
     kept = traffic.apply(exp, topo, traffic.parse(text, "t.cm", hosts=6), keep_duration=True)
     assert kept.duration_s == exp.duration_s
