@@ -31,20 +31,50 @@ def _save(fig: Any, out_dir: Path, name: str) -> str:
     return name
 
 
+def tier_order(labels: list[str], roles: dict[str, str]) -> tuple[list[str], list[tuple[int, str]]]:
+    """Link directions ("a->b") grouped by the tiers they join, upward ones first, lowest tier first;
+    and where each group starts with its name ("edge->agg")."""
+    from topologies.model import ROLE_TIER
+
+    def tiers(label: str) -> tuple[int, int]:
+        a, _, b = label.partition("->")
+        return ROLE_TIER.get(roles.get(a, ""), 0), ROLE_TIER.get(roles.get(b, ""), 0)
+
+    def key(label: str) -> tuple[int, int, str]:
+        ta, tb = tiers(label)
+        return (0 if tb > ta else 1, ta if tb > ta else -ta, label)
+
+    ordered = sorted(labels, key=key)
+    groups: list[tuple[int, str]] = []
+    for i, label in enumerate(ordered):
+        a, _, b = label.partition("->")
+        name = f"{roles.get(a, '?')}->{roles.get(b, '?')}"
+        if not groups or groups[-1][1] != name:
+            groups.append((i, name))
+    return ordered, groups
+
+
 def utilisation_heatmaps(doc: dict[str, Any], out_dir: Path) -> list[str]:
     arms = [a for a in _ok(doc) if a.get("link_series", {}).get("fabric")]
     if not arms:
         return []
     fig, axes = plt.subplots(len(arms), 1, figsize=(9, 1.2 + 0.28 * len(arms[0]["link_series"]["fabric"]) * len(arms)),
                              squeeze=False)
+    roles = {n["name"]: n.get("role", "") for n in (doc.get("topology", {}).get("fabric") or {}).get("nodes", [])}
     for ax, a in zip(axes[:, 0], arms, strict=True):
         ls = a["link_series"]
-        names = ls["fabric"]
+        names, groups = tier_order(ls["fabric"], roles)
         data = np.array([ls["util"][n] for n in names])
         t = ls["t"]
         extent = (t[0], t[-1] if len(t) > 1 else t[0] + 0.5, len(names) - 0.5, -0.5)
         im = ax.imshow(data, aspect="auto", cmap="viridis", vmin=0, vmax=1.0, extent=extent, interpolation="nearest")
         ax.set_yticks(range(len(names)), names, fontsize=7)
+        if len(groups) > 1:  # separate the tiers (edge->agg, agg->core, ...) with a line and a label
+            for start, label in groups:
+                if start:
+                    ax.axhline(start - 0.5, color="white", linewidth=1.2)
+                ax.text(1.0, start - 0.4, label, transform=ax.get_yaxis_transform(), fontsize=7, ha="right",
+                        va="top", color="white")
         ax.set_title(f"{a['name']}: fabric link utilisation", fontsize=9)
         ax.set_xlabel("time since traffic start (s)", fontsize=8)
         fig.colorbar(im, ax=ax, fraction=0.03, pad=0.01)

@@ -95,3 +95,14 @@ def test_parse_qdisc_drops():
         " Sent 12345 bytes 67 pkt (dropped 3, overlimits 0 requeues 0)\n"
     )
     assert parse_qdisc_drops(text) == {"leaf1-eth3": {"sent_packets": 67, "dropped": 3}}
+
+
+def test_heatmap_rows_are_grouped_by_the_tiers_they_join():
+    from experiments.plots import tier_order
+
+    topo = parse_spec("fat-tree:k=4")
+    roles = {n.name: n.role for n in topo.nodes}
+    labels = ["c1->p1a1", "p1a1->p1e1", "p1e1->p1a1", "p1a1->c1", "p2e1->p2a2"]
+    ordered, groups = tier_order(labels, roles)
+    assert ordered == ["p1e1->p1a1", "p2e1->p2a2", "p1a1->c1", "c1->p1a1", "p1a1->p1e1"]
+    assert groups == [(0, "edge->agg"), (2, "agg->core"), (3, "core->agg"), (4, "agg->edge")]
