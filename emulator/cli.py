@@ -89,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_probe)
 
-    bench = _subcommands_of(sub.choices["bench"])
+    bench = subcommands_of(sub.choices["bench"])
     p = bench.add_parser("fabric", help="bring-up/teardown times, OVS forwarding ceiling, reroute time",
                          description="Measure the emulator on this machine: bring-up and teardown times for a "
                          "ladder of leaf-spine fabrics, the Open vSwitch forwarding ceiling, and the "
@@ -102,7 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_bench_fabric)
 
 
-def _subcommands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+def subcommands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    """The sub-command list of `parser` (e.g. `bench`), created on first use: every package adds its own."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             return action

@@ -66,9 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(p)
     p.set_defaults(func=cmd_demo, name=DEMO_EXPERIMENT)
 
-    from experiments.live.commands import _subcommands_of
+    from emulator.cli import subcommands_of
 
-    bench = _subcommands_of(sub.choices["bench"])
+    bench = subcommands_of(sub.choices["bench"])
     p = bench.add_parser(
         "fidelity", help="does the emulator keep up with the demo? CPU idle and CPU per packet, per component",
         description="Run ecmp-vs-spray on the demo's fabric and on a 16-host 4x4x4 permutation (or the "

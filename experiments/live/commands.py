@@ -8,10 +8,12 @@ import logging
 import signal
 import sys
 
+from emulator.cli import subcommands_of
 from emulator.errors import EmulatorError
 from experiments.live.controls import MODES, POLICIES
 from experiments.live.workload import WORKLOADS
 from topologies import SpecError
+from transport.cli import listen_port_arg
 
 log = logging.getLogger(__name__)
 
@@ -27,16 +29,6 @@ class LiveError(Exception):
 
 
 USER_ERRORS = (LiveError, EmulatorError, SpecError)
-
-
-def _port(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= v <= 65535:
-        raise argparse.ArgumentTypeError(f"port {v} is outside 0-65535 (0 picks a free one)")
-    return v
 
 
 def _interval(text: str) -> float:
@@ -72,7 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default="single", choices=POLICIES,
                    help="the transport's path policy to start with; single = one entropy value per flow, what "
                    "ECMP hashes (default: %(default)s)")
-    p.add_argument("--port", type=_port, default=8080, help="HTTP port (default: %(default)s; 0 = any free port)")
+    p.add_argument("--port", type=listen_port_arg, default=8080,
+                   help="HTTP port (default: %(default)s; 0 = any free port)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to serve on (default: %(default)s, this machine only; 0.0.0.0 exposes the "
                    "controls to the network)")
@@ -86,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds between counter reads and page updates (default: %(default)s)")
     p.set_defaults(func=cmd_live)
 
-    bench = _subcommands_of(sub.choices["bench"])
+    bench = subcommands_of(sub.choices["bench"])
     b = bench.add_parser(
         "live", help="the live view: update rate, counter-to-page latency, its CPU use",
         description="Run `fabriclab live` as a child process, follow its event stream like a page does, and "
@@ -99,13 +92,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="how long to follow the stream (default: %(default)s)")
     b.add_argument("--json", action="store_true", help="JSON only (the output is JSON either way)")
     b.set_defaults(func=cmd_bench_live)
-
-
-def _subcommands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    return parser.add_subparsers(dest="bench_command", metavar="WHAT")
 
 
 def build_backend(args: argparse.Namespace):
