@@ -87,17 +87,15 @@ class CpuLedger:
     def open(self) -> None:
         self.start = self.snapshot()
 
-    def close(self, endpoints_s: float | None = None) -> dict[str, float | None]:
-        """CPU seconds per component since `open()`; `endpoints_s` is what the endpoints reported for
-        the same window, and `other` is the machine's busy time that no component accounts for."""
+    def close(self) -> dict[str, float | None]:
+        """CPU seconds per component since `open()`, `other` (the machine's busy time that no component
+        accounts for; the results subtract the endpoints' own reports from it) and `total`."""
         assert self.start is not None, "open() first"
         end = self.snapshot()
         out: dict[str, float | None] = {}
         for name, before in self.start.components.items():
             after = end.components.get(name)
             out[name] = None if before is None or after is None else round(after - before, 3)
-        if endpoints_s is not None:
-            out["endpoints"] = round(endpoints_s, 3)
         busy = end.busy_s - self.start.busy_s
         out["other"] = round(max(0.0, busy - sum(v for v in out.values() if v is not None)), 3)
         out["total"] = round(busy, 3)
