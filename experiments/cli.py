@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "transport.cli",
     "experiments.commands",
     "experiments.live.commands",
+    "labs.commands",
 )
 
 
