@@ -8,9 +8,8 @@ run in the event loop they share (transport/eventloop.py) over two sans-I/O ``Co
 After every iteration the result is compared bit for bit with the reference sum computed in the ring's
 own order of float32 additions.
 
-``ring_allreduce_simulated`` runs the same ``RingRank`` for all ranks over transport.simnet with a
-virtual clock, one simulated network per ring edge, so tests and experiments get deterministic results
-fast.
+``transport.ringsim.ring_allreduce_simulated`` runs the same ``RingRank`` for all ranks in one process
+over simulated links with a virtual clock, so tests and experiments get deterministic results fast.
 
 Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout, 143 stopped by SIGTERM/SIGINT (the JSON is
 written in every case once the options are valid).
@@ -25,8 +24,7 @@ import signal
 import socket
 import sys
 import time
-import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NoReturn
@@ -47,10 +45,9 @@ from transport.ring import (
     RingRank,
     RingWorker,
     make_input,
+    rank_connections,
     reference_from_seed,
-    ring_reference,
 )
-from transport.simnet import PathSpec, SimNetwork, drive
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +65,6 @@ class AllReduceError(Exception):
     """Bad input or a timeout: reported as one line, exit status 2."""
 
 
-def edge_connection_id(n_ranks: int, seed: int, sender_rank: int) -> int:
-    """The connection id of the ring edge sender_rank -> sender_rank+1, agreed without talking."""
-    return zlib.crc32(f"fabriclab-allreduce:{n_ranks}:{seed}:{sender_rank}".encode()) or 1
-
-
 def bandwidth_bound(n_ranks: int, nbytes: int, link_rate_mbps: float | None) -> float | None:
     """Lower bound of one ring all-reduce: 2(N-1)/N of the array crosses each rank's link."""
     if not link_rate_mbps or n_ranks < 2:
@@ -84,123 +76,6 @@ def _summary(times: list[float]) -> dict[str, float | None]:
     if not times:
         return {"mean_s": None, "min_s": None, "max_s": None}
     return {"mean_s": float(np.mean(times)), "min_s": min(times), "max_s": max(times)}
-
-
-# --------------------------------------------------------------------------------------------------
-# In-process ring over the simulated network
-
-
-@dataclass
-class SimAllReduceResult:
-    results: list[np.ndarray]  # every rank's final array (of the last iteration)
-    reference: np.ndarray
-    correct: bool
-    mismatch: dict | None  # first mismatch: {"rank", "iteration", "index", "got", "expected", ...}
-    iteration_times: list[list[float]]  # [rank][iteration], virtual seconds
-    duration: float  # virtual seconds until the last rank finished
-    completed: bool
-    edges: list[dict] = field(default_factory=list)  # per edge r -> r+1: sender, receiver, network
-
-
-def ring_allreduce_simulated(
-    n_ranks: int,
-    size: int,
-    seed: int = 0,
-    config: TransportConfig | None = None,
-    paths: Sequence[PathSpec] | Sequence[Sequence[PathSpec]] | None = None,
-    *,
-    iterations: int = 1,
-    inputs: Sequence[np.ndarray] | None = None,
-    piece_bytes: int = DEFAULT_PIECE_BYTES,
-    time_limit: float = 60.0,
-) -> SimAllReduceResult:
-    """Run the ring for all ranks over simulated links (virtual clock, deterministic for a seed).
-
-    Every rank runs the same `RingRank` as a real worker: the barrier, the iterations, the drain.
-    ``paths`` are the paths of every ring edge (one SimNetwork per edge), or a list of path lists,
-    one per edge r -> r+1. ``inputs`` overrides the seeded inputs (one array per rank).
-    """
-    if n_ranks < 1:
-        raise ValueError("n_ranks must be >= 1")
-    config = config or TransportConfig()
-    config.validate()
-    if inputs is None:
-        inputs = [make_input(seed, r, size) for r in range(n_ranks)]
-    if len(inputs) != n_ranks or any(len(x) != size for x in inputs):
-        raise ValueError(f"inputs must be {n_ranks} arrays of {size} elements")
-    reference = ring_reference(inputs)
-    per_edge: list[list[PathSpec]]
-    if not paths:
-        per_edge = [[PathSpec()] for _ in range(n_ranks)]
-    elif isinstance(paths[0], PathSpec):
-        per_edge = [list(paths) for _ in range(n_ranks)]  # type: ignore[arg-type]
-    else:
-        per_edge = [list(p) for p in paths]  # type: ignore[arg-type]
-        if len(per_edge) != n_ranks:
-            raise ValueError(f"give one path list per edge ({n_ranks}), got {len(per_edge)}")
-
-    piece_elems = max(1, piece_bytes // DTYPE.itemsize)
-    ranks = [RingRank(RingWorker(r, n_ranks, inputs[r], iterations, piece_elems)) for r in range(n_ranks)]
-    nets = [SimNetwork(per_edge[r], seed=seed * 7919 + r) for r in range(n_ranks)]
-    # Edge r joins send[r] (side 0 of nets[r]) to recv[r+1] (side 1 of nets[r]); in the list drive
-    # runs, send[r] is connection r and recv[r] connection n_ranks + r.
-    send = [Connection(config, edge_connection_id(n_ranks, seed, r), seed=seed * 1000 + 2 * r) for r in range(n_ranks)]
-    recv = [
-        Connection(config, edge_connection_id(n_ranks, seed, (r - 1) % n_ranks), seed=seed * 1000 + 2 * r + 1)
-        for r in range(n_ranks)
-    ]
-    joins = [(nets[r], r, n_ranks + (r + 1) % n_ranks) for r in range(n_ranks)]
-    mismatch: dict | None = None
-
-    def submit(r: int, msgs: list[bytes], now: float) -> None:
-        for m in msgs:
-            send[r].send_message(m, now)
-
-    def advance(r: int, now: float) -> None:
-        nonlocal mismatch
-        submit(r, ranks[r].advance(now), now)
-        if mismatch is None and ranks[r].mismatch is not None:
-            mismatch = {"rank": r, **ranks[r].mismatch}
-
-    def on_event(i: int, event: object, now: float) -> None:
-        if i >= n_ranks and isinstance(event, MessageReceived):
-            r = i - n_ranks
-            submit(r, ranks[r].receive(event.data, now), now)
-            advance(r, now)
-
-    def drained(now: float) -> None:
-        # The simulation runs every connection until the whole ring is done, so a rank is done as
-        # soon as its data is acknowledged: no linger for a lost final ACK is needed.
-        for r, rank in enumerate(ranks):
-            if rank.phase is Phase.DRAIN and send[r].idle:
-                rank.drained()
-
-    for r in range(n_ranks):
-        submit(r, ranks[r].start(0.0, reference), 0.0)
-        advance(r, 0.0)
-    now = drive([*send, *recv], joins, done=lambda: all(rank.phase is Phase.DONE for rank in ranks),
-                time_limit=time_limit, on_event=on_event, check=drained)
-
-    completed = all(rank.phase is Phase.DONE for rank in ranks)
-    edges = [
-        {
-            "edge": f"{r}->{(r + 1) % n_ranks}",
-            "sender": send[r].metrics(),
-            "receiver": recv[(r + 1) % n_ranks].metrics(),
-            "network": nets[r].link_stats(),
-        }
-        for r in range(n_ranks)
-    ]
-    return SimAllReduceResult(
-        results=[rank.worker.buf.copy() for rank in ranks],
-        reference=reference,
-        correct=completed and mismatch is None,
-        mismatch=mismatch if completed else (mismatch or {"error": f"not finished within {time_limit} s"}),
-        iteration_times=[rank.iteration_times for rank in ranks],
-        duration=now,
-        completed=completed,
-        edges=edges,
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -283,10 +158,7 @@ class UdpRingWorker(EventLoop):
         self.rank = r
         self.left = opts.peers[(r - 1) % n]
         self.right = opts.peers[(r + 1) % n]
-        cfg = opts.config
-        cseed = opts.seed * 1000 + 2 * r
-        self.send_conn = Connection(cfg, edge_connection_id(n, opts.seed, r), seed=cseed)
-        self.recv_conn = Connection(cfg, edge_connection_id(n, opts.seed, (r - 1) % n), seed=cseed + 1)
+        self.send_conn, self.recv_conn = rank_connections(opts.config, n, r, opts.seed)
         self._recv_cid = self.recv_conn.connection_id
         self.data = make_input(opts.seed, r, opts.size)
         self.worker = RingWorker(r, n, self.data, opts.iterations, max(1, opts.piece_bytes // DTYPE.itemsize))

@@ -23,10 +23,14 @@ from __future__ import annotations
 import enum
 import logging
 import struct
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from transport.config import TransportConfig
+from transport.connection import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +137,18 @@ def decode_header(msg: bytes) -> tuple[int, int, int, int, int]:
     if version != HEADER_VERSION:
         raise RingProtocolError(f"header version {version}, expected {HEADER_VERSION}")
     return kind, step, iteration, chunk, offset
+
+
+def edge_connection_id(n_ranks: int, seed: int, sender_rank: int) -> int:
+    """The connection id of the ring edge sender_rank -> sender_rank+1, agreed without talking."""
+    return zlib.crc32(f"fabriclab-allreduce:{n_ranks}:{seed}:{sender_rank}".encode()) or 1
+
+
+def rank_connections(config: TransportConfig, n_ranks: int, rank: int, seed: int) -> tuple[Connection, Connection]:
+    """Rank ``rank``'s two transport connections: to its right neighbour and from its left one."""
+    send = Connection(config, edge_connection_id(n_ranks, seed, rank), seed=seed * 1000 + 2 * rank)
+    recv = Connection(config, edge_connection_id(n_ranks, seed, (rank - 1) % n_ranks), seed=seed * 1000 + 2 * rank + 1)
+    return send, recv
 
 
 @dataclass(eq=False)

@@ -16,13 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transport.allreduce import (
-    UdpRingWorker,
-    WorkerOptions,
-    bandwidth_bound,
-    parse_peers,
-    ring_allreduce_simulated,
-)
+from transport.allreduce import UdpRingWorker, WorkerOptions, bandwidth_bound, parse_peers
 from transport.config import TransportConfig
 from transport.ring import (
     RingProtocolError,
@@ -34,6 +28,7 @@ from transport.ring import (
     reference_from_seed,
     ring_reference,
 )
+from transport.ringsim import ring_allreduce_simulated
 from transport.simnet import PathSpec
 
 ROOT = Path(__file__).resolve().parents[2]
