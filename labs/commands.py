@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 from labs.catalogue import LabError, all_labs, find_lab
@@ -58,9 +59,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from labs import grading
 
     target: Path = args.dir
+    lab = find_lab(args.number)
     if not target.exists():
         raise LabError(f"{target} does not exist; give a results directory or a folder of lab code")
-    lab = find_lab(args.number)
     checker = _load_checker(lab)
     print(f"lab {lab.number}: {lab.title}\nchecking {target}\n")
     text, code = grading.render(checker.check(target))
@@ -74,5 +75,6 @@ def _load_checker(lab):
     spec = importlib.util.spec_from_file_location(f"labs_check_{lab.number:02d}", lab.checker)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses in a checker look their module up here
     spec.loader.exec_module(module)
     return module
