@@ -31,9 +31,10 @@ from labs import grading
 from labs.catalogue import LabError
 from labs.grading import Check
 from topologies import Topology, parse_spec
-from transport.allreduce import bandwidth_bound, ring_allreduce_simulated
+from transport.allreduce import bandwidth_bound
 from transport.config import TransportConfig
 from transport.ring import RingWorker, chunk_bounds, make_input, ring_reference
+from transport.ringsim import ring_allreduce_simulated
 from transport.simnet import PathSpec
 
 CODE = "collective.py"
