@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any, NotRequired, TypedDict, is_typeddict
+from typing import Any, TypedDict, is_typeddict
 
 from transport.recovery import RttEstimator, rto
 
@@ -112,17 +112,22 @@ class ConnectionMetrics(TypedDict):
 # The srd endpoints
 
 
-class CompletionTimes(TypedDict):
+class _CompletionStats(TypedDict, total=False):
+    # total=False, not NotRequired[...]: with postponed annotations Python 3.11 would count those keys
+    # as required.
+    mean: float
+    min: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+
+class CompletionTimes(_CompletionStats):
     """Seconds from submitting a message to its completion (its ACK, or its response); only `count`
     when there were none."""
 
     count: int
-    mean: NotRequired[float]
-    min: NotRequired[float]
-    p50: NotRequired[float]
-    p90: NotRequired[float]
-    p99: NotRequired[float]
-    max: NotRequired[float]
 
 
 class SenderWorkload(TypedDict):
