@@ -1,5 +1,6 @@
 """Turning an arm's raw material (endpoint JSON, link samples, CPU, queue counters) into its results
-entry, and the results.json document: schema, validation, saving and loading.
+entry, and the results.json document: schema, validation, saving and loading. The arm's kind reads
+its endpoints' files (experiments.arms, through the transport's schema of them); the rest is common.
 
 results.json top level: `experiment`, `title`, `topology` (spec and the fabric as plain data),
 `seed`, `duration_s`, `fidelity` (worst over the arms), `arms` (one entry each, below), `analysis`
@@ -65,7 +66,7 @@ ARM_KEYS: dict[str, type | tuple[type, ...]] = {
 
 
 # --------------------------------------------------------------------------------------------------
-# Per-arm extraction: the arm's kind reads its endpoints' output (experiments.arms), the rest is common
+# Per-arm extraction
 
 
 def add_slowdowns(flows: list[dict[str, Any]], topo: Topology, kind: arms.ArmKind) -> dict[str, Any]:
