@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 MAX_SAMPLES = 200_000
 # Reorder distance histogram bins: [1], [2,3], [4,7], ... [1024, inf).
@@ -47,7 +48,14 @@ def quantiles(values: Iterable[float | None], qs: Sequence[float], *, interpolat
         return [vals[min(n - 1, int(q / 100 * n))] for q in qs]
     import numpy as np
 
-    return [float(x) for x in np.percentile(np.asarray(vals, dtype=float), list(qs))]
+    return _interpolated(np.asarray(vals, dtype=float), qs)
+
+
+def _interpolated(a: Any, qs: Sequence[float]) -> list[float]:
+    """numpy's linearly interpolated percentiles of a float array: the one place they are computed."""
+    import numpy as np
+
+    return [float(x) for x in np.percentile(a, list(qs))]
 
 
 def percentile(values: Iterable[float | None], q: float, *, interpolate: bool = True) -> float | None:
@@ -63,7 +71,7 @@ def percentiles(samples: deque[float] | list[float]) -> dict:
     import numpy as np
 
     a = np.fromiter(samples, dtype=float, count=len(samples))
-    p50, p99, p999 = quantiles(samples, (50, 99, 99.9)) or (None, None, None)
+    p50, p99, p999 = _interpolated(a, (50, 99, 99.9))
     return {
         "count": int(a.size),
         "mean": float(a.mean()),
