@@ -9,7 +9,7 @@ from typing import Any
 
 from experiments import analysis
 from experiments.arms import base
-from transport.endpoint import DEFAULT_PORT
+from transport.addressing import DEFAULT_PORT
 from transport.schema import AllreduceMetrics
 
 

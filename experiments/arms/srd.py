@@ -7,7 +7,7 @@ from typing import Any
 
 from experiments import analysis
 from experiments.arms import base
-from transport.endpoint import DEFAULT_BASE_PORT, DEFAULT_PORT
+from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
 from transport.headers import datagram_size_for_mtu
 from transport.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics
 

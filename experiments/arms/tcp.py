@@ -11,7 +11,7 @@ import numpy as np
 
 from experiments import analysis
 from experiments.arms import base
-from transport.endpoint import DEFAULT_BASE_PORT
+from transport.addressing import DEFAULT_BASE_PORT
 
 IPERF_PORT = 5201  # iperf3's own default; flow i listens on IPERF_PORT + i
 

@@ -28,7 +28,7 @@ from experiments.live.controls import MODES, POLICIES
 from experiments.live.state import path_hops
 from experiments.live.workload import WORKLOADS, Workload, plan_pairs
 from topologies import Topology, equal_cost_paths
-from transport.endpoint import DEFAULT_BASE_PORT
+from transport.addressing import DEFAULT_BASE_PORT
 
 log = logging.getLogger(__name__)
 

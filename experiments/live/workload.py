@@ -27,7 +27,7 @@ from typing import Any
 from experiments import analysis
 from experiments.live.layout import natural_key
 from topologies import Topology
-from transport.endpoint import DEFAULT_BASE_PORT, DEFAULT_PORT
+from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
 
 log = logging.getLogger(__name__)
 
