@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments import analysis, catalogue, plots, report, results
+from experiments import analysis, arms, catalogue, plots, report, results
 from experiments.model import Experiment
 from experiments.runner import Reporter, RunOutcome, run_experiment
 from topologies import Topology, parse_spec
@@ -30,13 +30,13 @@ class Rendered:
 
 def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> dict[str, Any]:
     """results.json as a dict: arms with their metrics, then the experiment's own analysis."""
-    arms = []
+    entries = []
     first_flows = next(iter(outcome.flows.values()), [])
     for arm, raw in outcome.raws:
         flows = outcome.flows.get(arm.name, first_flows)
         pairs = [(f.src, f.dst) for f in flows]
-        ideal = analysis.ideal_bps(topo, pairs) if arm.kind in ("srd", "tcp") and pairs else 0.0
-        arms.append(results.arm_result(arm, raw, topo, ideal, bool(outcome.bytes_per_flow.get(arm.name))))
+        ideal = analysis.ideal_bps(topo, pairs) if arms.get(arm.kind).point_to_point and pairs else 0.0
+        entries.append(results.arm_result(arm, raw, topo, ideal, bool(outcome.bytes_per_flow.get(arm.name))))
     doc: dict[str, Any] = {
         "schema": results.SCHEMA_VERSION,
         "experiment": exp.name,
@@ -49,7 +49,7 @@ def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> dict
         "repetitions": exp.repetitions,
         "bytes_per_flow": next(iter(outcome.bytes_per_flow.values()), 0),
         "flows": [{"src": f.src, "dst": f.dst} for f in first_flows],
-        "arms": arms,
+        "arms": entries,
         "analysis": {},
         "extra": dict(exp.extra),
         "complete": outcome.complete and len(outcome.raws) == len(exp.arms) * exp.repetitions,

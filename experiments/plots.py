@@ -17,6 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from experiments import analysis
+
 log = logging.getLogger(__name__)
 
 
@@ -158,11 +160,9 @@ def path_share(doc: dict[str, Any], out_dir: Path) -> list[str]:
     arms = [a for a in _ok(doc) if a.get("path_share")]
     if not arms:
         # Any leaf-spine run: the first leaf's uplink share from its link series.
-        from experiments.catalogue import path_share as share_of
-
         arms = []
         for a in _ok(doc):
-            ps = share_of(a, "leaf1")
+            ps = analysis.path_share(a, "leaf1")
             if ps:
                 arms.append({**a, "path_share": ps})
     if not arms:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from transport.eventloop import EndpointError
+from transport.headers import datagram_size_for_mtu
 
 DEFAULT_PORT = 7471
 # A multiple of 16, so that source port & 0xF == EV for up to 16 EVs.
@@ -27,8 +28,6 @@ def resolve(host: str, port: int) -> tuple[int, tuple[Any, ...]]:
     return family, sockaddr
 
 
-# IPv4 / IPv6 header plus UDP header: what the path MTU holds besides one transport datagram.
-_IP_UDP_OVERHEAD = {socket.AF_INET: 20 + 8, socket.AF_INET6: 40 + 8}
 # Linux socket options (not exported by every Python build): the route's MTU on a connected socket.
 _IP_MTU = getattr(socket, "IP_MTU", 14)
 _IPV6_MTU = getattr(socket, "IPV6_MTU", 24)
@@ -53,7 +52,7 @@ def path_datagram_size(host: str, port: int) -> int:
                 mtu = s.getsockopt(socket.IPPROTO_IP, _IP_MTU)
         except OSError as exc:
             raise EndpointError(f"cannot find the path MTU to {host}: {exc.strerror}; give --mtu BYTES") from exc
-    return min(mtu, AUTO_MTU_CAP) - _IP_UDP_OVERHEAD.get(family, 28)
+    return datagram_size_for_mtu(min(mtu, AUTO_MTU_CAP), ipv6=family == socket.AF_INET6)
 
 
 def local_datagram_size(bind: str) -> int:
@@ -70,7 +69,7 @@ def local_datagram_size(bind: str) -> int:
     if bind not in ("0.0.0.0", "::", ""):
         chosen = _interface_of(bind, family)
     mtu = mtus[chosen] if chosen in mtus else max((m for n, m in mtus.items() if n != "lo"), default=1500)
-    return min(mtu, AUTO_MTU_CAP) - _IP_UDP_OVERHEAD[family]
+    return datagram_size_for_mtu(min(mtu, AUTO_MTU_CAP), ipv6=family == socket.AF_INET6)
 
 
 def _interface_of(addr: str, family: int) -> str | None:

@@ -48,6 +48,7 @@ from transport.ring import (
     rank_connections,
     reference_from_seed,
 )
+from transport.schema import AllreduceMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -399,7 +400,7 @@ class UdpRingWorker(EventLoop):
 
     # -- results ----------------------------------------------------------------------------------------
 
-    def results(self) -> dict[str, Any]:
+    def results(self) -> AllreduceMetrics:
         opts = self.opts
         nbytes = opts.size * DTYPE.itemsize
         bound = bandwidth_bound(self.n, nbytes, opts.link_rate_mbps)

@@ -23,6 +23,7 @@ from transport.config import TransportConfig
 from transport.connection import Connection
 from transport.eventloop import EndpointError, EventLoop, read_batch, socket_drops
 from transport.events import MessageReceived
+from transport.schema import ReceiverMetrics
 from transport.workload import SEQ_LEN, check_payload, make_payload, payload_seq
 
 log = logging.getLogger(__name__)
@@ -277,7 +278,7 @@ class Receiver(EventLoop):
             "goodput_bps": 8 * self.bytes / elapsed,
         }
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> ReceiverMetrics:
         start = self.first_packet or self.started
         end = self.last_message or start
         duration = end - start

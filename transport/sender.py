@@ -22,6 +22,8 @@ from transport.config import TransportConfig
 from transport.connection import Connection
 from transport.eventloop import EndpointError, EventLoop, socket_drops
 from transport.events import MessageAcked, MessageReceived
+from transport.metrics import quantiles
+from transport.schema import SenderMetrics, base_rto_s
 from transport.workload import Workload, make_payload, payload_seq
 
 log = logging.getLogger(__name__)
@@ -33,17 +35,14 @@ def summarize(values: list[float]) -> dict[str, float | int]:
         return {"count": 0}
     ordered = sorted(values)
     n = len(ordered)
-
-    def pct(p: float) -> float:
-        return ordered[min(n - 1, int(p * n))]
-
+    p50, p90, p99 = quantiles(ordered, (50, 90, 99), interpolate=False) or ()
     return {
         "count": n,
         "mean": sum(ordered) / n,
         "min": ordered[0],
-        "p50": pct(0.50),
-        "p90": pct(0.90),
-        "p99": pct(0.99),
+        "p50": p50,
+        "p90": p90,
+        "p99": p99,
         "max": ordered[-1],
     }
 
@@ -329,7 +328,7 @@ class Sender(EventLoop):
             "goodput_bps": 8 * self.bytes_acked / elapsed,
         }
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> SenderMetrics:
         end = self.completed_at or self.finished or time.monotonic()
         duration = max(1e-9, end - self.started)
         acked = self.bytes_acked
@@ -368,5 +367,11 @@ class Sender(EventLoop):
                 "request_response": self.workload.request_response,
             },
             "config": self.config.to_dict(),
-            "connection": self.conn.metrics(),
+            **_connection_and_rto(self.conn),
         }
+
+
+def _connection_and_rto(conn: Connection) -> dict[str, Any]:
+    """The sender's `connection` metrics and `rto_s`, the RTO its own rule gives (transport.schema)."""
+    metrics = conn.metrics()
+    return {"rto_s": base_rto_s(metrics), "connection": metrics}

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 
 from transport.config import TransportConfig
 from transport.connection import Connection, MessageAcked, MessageReceived
+from transport.headers import ETHERNET_HEADER, IP_UDP_HEADERS
 
 logger = logging.getLogger(__name__)
 
 # Bytes of Ethernet + IPv4 + UDP overhead added to each datagram when computing serialisation time.
-WIRE_OVERHEAD = 14 + 20 + 8
+WIRE_OVERHEAD = ETHERNET_HEADER + IP_UDP_HEADERS
 
 
 @dataclass

@@ -26,8 +26,9 @@ from typing import Any, Protocol
 from experiments import analysis
 from experiments.live.controls import MODES, POLICIES
 from experiments.live.state import path_hops
-from experiments.live.workload import BASE_PORT, WORKLOADS, Workload, plan_pairs
+from experiments.live.workload import WORKLOADS, Workload, plan_pairs
 from topologies import Topology, equal_cost_paths
+from transport.addressing import DEFAULT_BASE_PORT
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +295,7 @@ class FakeBackend:
         n = len(paths)
         picks = []
         for ev in evs:
-            port = BASE_PORT + 16 * flow + ev
+            port = DEFAULT_BASE_PORT + 16 * flow + ev
             if self.mode == "ecmp":
                 picks.append(_hash(self.seed, src, dst, port) % n)
             elif self.mode == "spray":

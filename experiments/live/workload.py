@@ -27,12 +27,11 @@ from typing import Any
 from experiments import analysis
 from experiments.live.layout import natural_key
 from topologies import Topology
+from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
 
 log = logging.getLogger(__name__)
 
 WORKLOADS = ("permutation", "allreduce")
-SRD_PORT = 7471
-BASE_PORT = 40000  # a multiple of 16: flow i sends from BASE_PORT + 16*i + EV
 FOREVER_S = 7 * 24 * 3600  # senders run until stopped; this only bounds a forgotten one
 MESSAGE_SIZE = 65536
 ALLREDUCE_ELEMENTS = 262_144  # 1 MiB of float32 per rank and iteration
@@ -130,7 +129,7 @@ class Workload:
     def start(self) -> None:
         if self.kind == "permutation":
             for dst in sorted({d for _, d in self.pairs}, key=natural_key):
-                cmd = _cli("srd", "recv", "--bind", self.fab.ip(dst), "--port", str(SRD_PORT))
+                cmd = _cli("srd", "recv", "--bind", self.fab.ip(dst), "--port", str(DEFAULT_PORT))
                 self.receivers.append(self._popen(dst, "receiver", cmd))
             time.sleep(0.5)  # the receivers bind their sockets first (avoids ICMP unreachable noise)
         self._start_senders()
@@ -139,14 +138,14 @@ class Workload:
         procs = []
         if self.kind == "permutation":
             for i, (src, dst) in enumerate(self.pairs):
-                cmd = _cli("srd", "send", "--to", f"{self.fab.ip(dst)}:{SRD_PORT}", "--policy", self.policy,
-                           "--seed", str(self.seed * 1000 + i), "--base-port", str(BASE_PORT + 16 * i),
+                cmd = _cli("srd", "send", "--to", f"{self.fab.ip(dst)}:{DEFAULT_PORT}", "--policy", self.policy,
+                           "--seed", str(self.seed * 1000 + i), "--base-port", str(DEFAULT_BASE_PORT + 16 * i),
                            "--size", str(MESSAGE_SIZE), "--duration", str(FOREVER_S))
                 procs.append(self._popen(src, "sender", cmd))
         else:
             ranks = [s for s, _ in self.pairs]
-            peers = ",".join(f"{self.fab.ip(h)}:{SRD_PORT}" for h in ranks)
-            host_rate = min(lk.rate_mbps for h in self.fab.topology.hosts for lk in self.fab.topology.links_of(h.name))
+            peers = ",".join(f"{self.fab.ip(h)}:{DEFAULT_PORT}" for h in ranks)
+            host_rate = analysis.host_rate_mbps(self.fab.topology)
             for r, h in enumerate(ranks):
                 cmd = [sys.executable, "-m", "transport.allreduce", "--rank", str(r), "--peers", peers,
                        "--size", str(ALLREDUCE_ELEMENTS), "--iterations", str(ALLREDUCE_ITERATIONS),
