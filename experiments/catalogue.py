@@ -527,6 +527,19 @@ def get(name: str) -> Entry:
         raise KeyError(name) from None
 
 
+# The smallest all-reduce a shortened run still makes: one 64 KiB piece per rank.
+MIN_COLLECTIVE_ELEMENTS = 16 * 1024
+
+
+def _scaled_collective(w: Workload, scale: float) -> Workload:
+    """An all-reduce is sized in elements, not seconds: a shorter or longer run scales the array, so
+    `--duration` means the same thing (about how long the traffic lasts) for every experiment."""
+    if not w.elements:
+        return w
+    elements = max(MIN_COLLECTIVE_ELEMENTS, round(w.elements * scale / 1024) * 1024)
+    return replace(w, elements=elements)
+
+
 def with_overrides(exp: Experiment, topology: str | None = None, duration: float | None = None,
                    seed: int | None = None, repetitions: int | None = None) -> Experiment:
     """A copy of `exp` with the command line's overrides (fault times scale with the duration)."""
@@ -534,7 +547,7 @@ def with_overrides(exp: Experiment, topology: str | None = None, duration: float
         scale = duration / exp.duration_s
         exp = replace(exp, arms=[replace(a, faults=tuple(replace(f, at_s=f.at_s * scale) if f.at_s > 0 else f
                                                          for f in a.faults)) for a in exp.arms],
-                      duration_s=duration)
+                      duration_s=duration, workload=_scaled_collective(exp.workload, scale))
     if topology:
         exp = replace(exp, topology=topology)
     if seed is not None:

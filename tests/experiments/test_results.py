@@ -121,6 +121,15 @@ def test_catalogue_builds_every_experiment_and_scales_faults():
     assert short.seed == 9
 
 
+def test_a_shorter_run_shrinks_an_all_reduce_array_with_a_floor():
+    ar = catalogue.get("allreduce").build()
+    assert catalogue.with_overrides(ar, duration=ar.duration_s / 4).workload.elements == ar.workload.elements // 4
+    tiny = catalogue.with_overrides(ar, duration=0.01).workload
+    assert tiny.elements == catalogue.MIN_COLLECTIVE_ELEMENTS and tiny.iterations == ar.workload.iterations
+    ecmp = catalogue.get("ecmp-vs-spray").build()
+    assert catalogue.with_overrides(ecmp, duration=1).workload == ecmp.workload
+
+
 def test_cli_list_and_report(doc, tmp_path: Path, capsys):
     from experiments.cli import main
 
