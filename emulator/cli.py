@@ -10,7 +10,7 @@ import sys
 import time
 
 from emulator.errors import EmulatorError
-from emulator.network import MODES, Fabric, _Terminated
+from emulator.network import MODES, Fabric, Terminated, raise_terminated
 from topologies import DEFAULT_SPEC, SpecError, parse_spec
 
 log = logging.getLogger(__name__)
@@ -113,19 +113,15 @@ def subcommands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersActio
 def cmd_bench_fabric(args: argparse.Namespace) -> int:
     from emulator.bench import run_fabric_bench
 
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_terminated)
     try:
         result = run_fabric_bench(quick=args.quick, budget_s=args.budget,
                                   progress=lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
-    except (KeyboardInterrupt, _Terminated):
+    except (KeyboardInterrupt, Terminated):
         print("interrupted; fabric torn down", file=sys.stderr)
         return 130
     print(json.dumps(result, indent=1))
     return 0
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise _Terminated()
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -186,7 +182,7 @@ def _describe(fab: Fabric) -> str:
 
 def cmd_up(args: argparse.Namespace) -> int:
     topo = parse_spec(args.topo)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_terminated)
     try:
         with Fabric(topo, mode=args.mode) as fab:
             print(_describe(fab), flush=True)
@@ -200,7 +196,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 print("fabric is up; press Ctrl-C to tear it down", flush=True)
                 while True:
                     time.sleep(3600)
-    except (KeyboardInterrupt, _Terminated):
+    except (KeyboardInterrupt, Terminated):
         pass
     print("fabric torn down", file=sys.stderr)
     return 0
@@ -218,7 +214,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     src = args.src or hosts[0]
     dst = args.dst or hosts[-1]
     cases = ALL_MODE_CASES if args.mode == "all" else ((args.mode, args.entropy),)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_terminated)
     results = []
     try:
         with Fabric(topo, mode=cases[0][0]) as fab:
@@ -228,7 +224,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
                 if len(cases) > 1:
                     print(f"  {mode} / {entropy} ...", file=sys.stderr, flush=True)
                 results.append(run_probe(fab, src, dst, packets=args.packets, entropy=entropy, rate_pps=args.rate))
-    except (KeyboardInterrupt, _Terminated):
+    except (KeyboardInterrupt, Terminated):
         print("interrupted; fabric torn down", file=sys.stderr)
         return 130
     if args.json:

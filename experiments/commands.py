@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.errors import EmulatorError
+from emulator.network import raise_terminated
 from experiments.model import Arm, Experiment
 from experiments.runner import Reporter
 from experiments.traffic import TrafficError
@@ -144,7 +145,6 @@ class RichReporter(Reporter):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from emulator.cli import _on_sigterm
     from experiments import catalogue, driver, report
 
     if args.name not in catalogue.CATALOGUE:
@@ -156,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
 
         matrix = traffic.load(args.traffic, hosts=len(topo.hosts))
         exp = traffic.apply(exp, topo, matrix, keep_duration=args.duration is not None)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_terminated)
     reporter = None if args.no_progress else RichReporter()
     try:
         rendered = driver.execute(exp, topo, args.out, reporter)
@@ -184,7 +184,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_fidelity(args: argparse.Namespace) -> int:
-    from emulator.cli import _on_sigterm
     from experiments import fidelity_bench
 
     cases = ([(f"topo{i + 1}", spec) for i, spec in enumerate(args.topo)] if args.topo
@@ -194,7 +193,7 @@ def cmd_bench_fidelity(args: argparse.Namespace) -> int:
     for _, spec in cases:  # every fabric is checked before the first is brought up
         if spec:
             parse_spec(spec)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_terminated)
     result = fidelity_bench.run_fidelity_bench(
         cases, args.duration, args.out, progress=lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
     print(json.dumps(result, indent=1) if args.json else fidelity_bench.text_report(result))
