@@ -61,7 +61,7 @@ def tcp_info(sock: socket.socket) -> dict[str, int | None]:
             for name, (off, fmt) in _TCPI.items()}
 
 
-def _add(bins: list[float], t0: float, t1: float, amount: float) -> None:
+def add_to_bins(bins: list[float], t0: float, t1: float, amount: float) -> None:
     """Spread `amount` over the BIN_S bins covering [t0, t1] (seconds since the flow started), in
     proportion to the overlap: samples are taken between writes, not exactly at bin edges."""
     if t1 <= t0:
@@ -137,7 +137,7 @@ def _recv(args: argparse.Namespace) -> int:
                     if not total:
                         first = now
                     last, total = now, total + n
-                    _add(bins, now - first, now - first, n)
+                    add_to_bins(bins, now - first, now - first, n)
             # Closed before the metrics are written: the sender's completion is this close.
             m.update(completed=True, stop_reason="completed")
     except (FlowError, OSError) as exc:
@@ -200,7 +200,7 @@ def _flow(sock: socket.socket, n: int, timeout: float, m: dict[str, Any]) -> Non
         acked = tcp_info(sock)["bytes_acked"]
         if acked is not None:
             acked = min(acked, base + n)
-            _add(bins, prev_t, now - start, acked - prev_acked)
+            add_to_bins(bins, prev_t, now - start, acked - prev_acked)
             prev_t, prev_acked = now - start, acked
 
     try:
