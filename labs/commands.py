@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
-from labs.catalogue import LabError, all_labs, find_lab
+from labs.catalogue import LabError, all_labs, find_lab, load_checker
 
 USER_ERRORS = (LabError,)
 
@@ -61,18 +60,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not target.exists():
         raise LabError(f"{target} does not exist; give a results directory or a folder of lab code")
     lab = find_lab(args.number)
-    checker = _load_checker(lab)
+    checker = load_checker(lab)
     print(f"lab {lab.number}: {lab.title}\nchecking {target}\n")
     text, code = grading.render(checker.check(target))
     print(text)
     return code
-
-
-def _load_checker(lab):
-    if not lab.checker.is_file():
-        raise LabError(f"lab {lab.number} has no check.py in {lab.path}")
-    spec = importlib.util.spec_from_file_location(f"labs_check_{lab.number:02d}", lab.checker)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
