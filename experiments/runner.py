@@ -17,7 +17,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from emulator.network import Terminated
 from experiments import analysis
 from experiments.model import Arm, Experiment, Fault, Workload
 from topologies import Topology
+from transport import command_line
 from transport.wire import DATA_HEADER_LEN
 
 log = logging.getLogger(__name__)
@@ -179,10 +179,6 @@ def qdisc_drops(fab: Any) -> dict[str, dict[str, int]]:
 # Traffic
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "experiments.cli", *args]
-
-
 def _popen(ctx: ArmContext, host: str, cmd: list[str], out_file: Path | None = None) -> subprocess.Popen:
     stdout = open(out_file, "wb") if out_file else subprocess.DEVNULL  # noqa: SIM115 - closed on reap
     try:
@@ -253,8 +249,8 @@ def start_srd(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.
     receivers, ready = [], []
     for dst in sorted({f.dst for f in ctx.flows}):
         ready.append(_ready_file(ctx, f"recv-{dst}"))
-        cmd = _cli("srd", "recv", "--bind", ctx.fab.ip(dst), "--port", str(SRD_PORT), "--ready-file", str(ready[-1]),
-                   "--json-out", str(ctx.raw_dir / f"recv-{dst}.json"), *common)
+        cmd = command_line("srd", "recv", "--bind", ctx.fab.ip(dst), "--port", str(SRD_PORT),
+                           "--ready-file", str(ready[-1]), "--json-out", str(ctx.raw_dir / f"recv-{dst}.json"), *common)
         if w.request_response:
             cmd += ["--response-size", "64"]
         receivers.append(_popen(ctx, dst, cmd))
@@ -262,11 +258,10 @@ def start_srd(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.
     senders, ready = [], []
     for i, f in enumerate(ctx.flows):
         ready.append(_ready_file(ctx, f"send-{i}"))
-        cmd = _cli("srd", "send", "--to", f"{ctx.fab.ip(f.dst)}:{SRD_PORT}", "--policy", arm.policy,
-                   "--seed", str(ctx.seed * 1000 + i), "--base-port", str(BASE_PORT + 16 * f.index),
-                   "--hold", "--ready-file", str(ready[-1]),
-                   "--size", str(w.message_size), "--json-out", str(ctx.raw_dir / f"send-{i}-{f.src}-{f.dst}.json"),
-                   *common)
+        cmd = command_line("srd", "send", "--to", f"{ctx.fab.ip(f.dst)}:{SRD_PORT}", "--policy", arm.policy,
+                           "--seed", str(ctx.seed * 1000 + i), "--base-port", str(BASE_PORT + 16 * f.index),
+                           "--hold", "--ready-file", str(ready[-1]), "--size", str(w.message_size),
+                           "--json-out", str(ctx.raw_dir / f"send-{i}-{f.src}-{f.dst}.json"), *common)
         if ctx.bytes_per_flow:
             # A cap so that a stuck flow cannot hold the run: 3x the time it needs at the host rate.
             cmd += ["--bytes", str(f.size or ctx.bytes_per_flow), "--duration", f"{3 * ctx.duration + 5:g}"]
@@ -312,7 +307,7 @@ def start_tcp(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.
 def _start_tcpflow(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.Popen]]:
     """One receiver per flow (each takes one connection), every sender connected and held, then all
     released together (or at their matrix start times), as start_srd does."""
-    tcpflow = [sys.executable, "-m", "transport.tcpflow"]
+    tcpflow = command_line("tcpflow")
     timeout = f"{3 * ctx.duration + 20:g}"
     receivers, ready = [], []
     for i, f in enumerate(ctx.flows):
@@ -343,9 +338,9 @@ def start_allreduce(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subpr
     workers = []
     ctx.t0 = time.monotonic()
     for r, h in enumerate(ranks):
-        cmd = [sys.executable, "-m", "transport.allreduce", "--rank", str(r), "--peers", peers,
-               "--size", str(w.elements), "--iterations", str(w.iterations),
-               "--json-out", str(ctx.raw_dir / f"allreduce-{r}-{h}.json")]
+        cmd = command_line("allreduce", "--rank", str(r), "--peers", peers,
+                           "--size", str(w.elements), "--iterations", str(w.iterations),
+                           "--json-out", str(ctx.raw_dir / f"allreduce-{r}-{h}.json"))
         cmd += _allreduce_options(ctx)
         workers.append(_popen(ctx, h, cmd))
     return [], workers

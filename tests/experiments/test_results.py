@@ -122,7 +122,7 @@ def test_catalogue_builds_every_experiment_and_scales_faults():
 
 
 def test_cli_list_and_report(doc, tmp_path: Path, capsys):
-    from experiments.cli import main
+    from cli.main import main
 
     assert main(["list"]) == 0
     out = capsys.readouterr().out

@@ -12,7 +12,7 @@ import pytest
 from labs import catalogue, grading
 from tests.labs import shell_blocks
 
-FABRICLAB = [sys.executable, "-m", "experiments.cli"]
+FABRICLAB = [sys.executable, "-m", "cli"]
 
 
 def _lab(root: Path, folder: str, title: str = "A lab", body: str = "What it is about.\n") -> Path:

@@ -1,4 +1,4 @@
-"""`python -m transport.tcpflow`: sized TCP flows over loopback, timed until the receiver holds every byte."""
+"""`python -m transport tcpflow`: sized TCP flows over loopback, timed until the receiver holds every byte."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from transport import command_line
 from transport.tcpflow import BIN_S, add_to_bins, tcp_info
 
-CMD = [sys.executable, "-m", "transport.tcpflow"]
+CMD = command_line("tcpflow")
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""Subcommands of the emulator: doctor, clean, up, probe."""
+"""The emulator's commands: `fabriclab doctor`, `clean`, `up`, `probe` and `bench fabric`."""
 
 from __future__ import annotations
 
@@ -48,35 +48,35 @@ ALL_MODE_CASES = (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="check this machine: root, Open vSwitch, datapath, netem, nftables, ...",
-                       description="Check what the emulator needs and what this machine offers. Exits "
-                       "non-zero, with the fix, when something required is missing.")
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("doctor", help="check this machine: root, Open vSwitch, datapath, netem, nftables, ...",
+                            description="Check what the emulator needs and what this machine offers. Exits "
+                            "non-zero, with the fix, when something required is missing.")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("clean", help="remove what fabriclab left behind (and nothing else)",
-                       description="Remove namespaces' shells, OVS bridges, interfaces, nftables tables and "
-                       "controller processes recorded by fabriclab runs that are no longer running. Touches "
-                       "nothing fabriclab did not create.")
+    p = commands.add_parser("clean", help="remove what fabriclab left behind (and nothing else)",
+                            description="Remove namespaces' shells, OVS bridges, interfaces, nftables tables and "
+                            "controller processes recorded by fabriclab runs that are no longer running. Touches "
+                            "nothing fabriclab did not create.")
     p.add_argument("--force", action="store_true", help="also tear down runs whose process is still alive")
     p.set_defaults(func=cmd_clean)
 
-    p = sub.add_parser("up", help="bring a fabric up, print its hosts, tear it down on exit",
-                       description="Bring the fabric up with its controller, print hosts and addresses, "
-                       "then wait (Ctrl-C to tear down) or open the Mininet CLI with --cli.")
+    p = commands.add_parser("up", help="bring a fabric up, print its hosts, tear it down on exit",
+                            description="Bring the fabric up with its controller, print hosts and addresses, "
+                            "then wait (Ctrl-C to tear down) or open the Mininet CLI with --cli.")
     add_fabric_args(p)
     p.add_argument("--cli", action="store_true", help="open the Mininet CLI; the fabric goes down when you exit it")
     p.add_argument("--hold", type=float, default=None, metavar="S",
                    help="tear down after S seconds instead of waiting for Ctrl-C")
     p.set_defaults(func=cmd_up)
 
-    p = sub.add_parser("probe", help="send UDP packets src->dst and count how many crossed each spine",
-                       description="The path-spread probe: brings the fabric up, sends N UDP packets from "
-                       "--src to --dst with a fixed source port or one that rotates per packet, and reads "
-                       "from the switches' own counters how many packets crossed each spine. With --mode all, "
-                       "one fabric is brought up and the controller is switched live between ecmp, spray "
-                       "and single, with fixed and rotating source ports: a table of where packets went.")
+    p = commands.add_parser("probe", help="send UDP packets src->dst and count how many crossed each spine",
+                            description="The path-spread probe: brings the fabric up, sends N UDP packets from "
+                            "--src to --dst with a fixed source port or one that rotates per packet, and reads "
+                            "from the switches' own counters how many packets crossed each spine. With --mode all, "
+                            "one fabric is brought up and the controller is switched live between ecmp, spray "
+                            "and single, with fixed and rotating source ports: a table of where packets went.")
     add_fabric_args(p, extra_modes=("all",))
     p.add_argument("--src", default=None, help="sending host (default: the first host)")
     p.add_argument("--dst", default=None, help="receiving host (default: the last host)")
@@ -89,7 +89,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_probe)
 
-    bench = subcommands_of(sub.choices["bench"])
     p = bench.add_parser("fabric", help="bring-up/teardown times, OVS forwarding ceiling, reroute time",
                          description="Measure the emulator on this machine: bring-up and teardown times for a "
                          "ladder of leaf-spine fabrics, the Open vSwitch forwarding ceiling, and the "
@@ -100,14 +99,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: %(default)s)")
     p.add_argument("--json", action="store_true", help="JSON only (the output is JSON either way)")
     p.set_defaults(func=cmd_bench_fabric)
-
-
-def subcommands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
-    """The sub-command list of `parser` (e.g. `bench`), created on first use: every package adds its own."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    return parser.add_subparsers(dest="bench_command", metavar="WHAT")
 
 
 def cmd_bench_fabric(args: argparse.Namespace) -> int:

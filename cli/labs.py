@@ -1,4 +1,4 @@
-"""`fabriclab labs` (the list) and `fabriclab lab check N [DIR]` (run lab N's checker on DIR)."""
+"""The labs' commands: `fabriclab labs` (the list) and `fabriclab lab check N [DIR]` (run lab N's checker on DIR)."""
 
 from __future__ import annotations
 
@@ -6,22 +6,23 @@ import argparse
 import json
 from pathlib import Path
 
+from cli.args import show_help
 from labs.catalogue import LabError, all_labs, find_lab, load_checker
 
 USER_ERRORS = (LabError,)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("labs", help="list the teaching labs",
-                       description="List the teaching labs (labs/NN-name/ in the source tree): number, "
-                       "title, folder and what each is about. Start with the lab's README.md.")
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("labs", help="list the teaching labs",
+                            description="List the teaching labs (labs/NN-name/ in the source tree): number, "
+                            "title, folder and what each is about. Start with the lab's README.md.")
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(func=cmd_labs)
 
-    lab = sub.add_parser("lab", help="work with one lab: `fabriclab lab check N [DIR]`",
-                         description="Commands for one lab.")
+    lab = commands.add_parser("lab", help="work with one lab: `fabriclab lab check N [DIR]`",
+                              description="Commands for one lab.")
+    lab.set_defaults(func=show_help(lab))
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="WHAT")
-    lab.set_defaults(func=lambda args: lab.print_help() or 2)
     c = lab_sub.add_parser(
         "check", help="grade a lab: PASS/FAIL per check with the reason",
         description="Run lab N's checker on DIR and print PASS or FAIL for every check with its reason. "
