@@ -18,17 +18,19 @@ import pytest
 from cli.args import parse_peers
 from cli.main import main
 from transport import command_line
-from transport.allreduce import bandwidth_bound, ring_allreduce_simulated
+from transport.allreduce import UdpRingWorker, WorkerOptions, bandwidth_bound
 from transport.config import TransportConfig
 from transport.ring import (
     RingProtocolError,
     RingWorker,
     chunk_bounds,
     decode_header,
+    encode_barrier,
     make_input,
     reference_from_seed,
     ring_reference,
 )
+from transport.ringsim import ring_allreduce_simulated
 from transport.simnet import PathSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,6 +210,16 @@ def test_simulated_ring_dead_link_is_not_correct() -> None:
 
 # --------------------------------------------------------------------------------------------------
 # Real worker processes on 127.0.0.1
+
+
+def test_worker_counts_a_message_its_phase_refuses_and_goes_on() -> None:
+    worker = UdpRingWorker(WorkerOptions(rank=1, peers=[("127.0.0.1", 7000), ("127.0.0.1", 7001)], size=8))
+    try:
+        worker._on_message(encode_barrier(2), 0.0)  # before the worker has started: refused
+        worker._on_message(b"\x01", 0.0)  # not a ring message at all
+        assert worker.counters["protocol_errors"] == 2 and worker.phase == "setup"
+    finally:
+        worker.close()
 
 
 def _free_udp_port() -> int:
