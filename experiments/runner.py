@@ -26,7 +26,7 @@ from typing import Any
 
 from emulator import cpu
 from emulator.errors import EmulatorError
-from emulator.network import _Terminated
+from emulator.network import Terminated
 from emulator.sampling import Sampler, qdisc_drops
 from experiments import analysis, arms
 from experiments.arms import ArmContext, Flow
@@ -328,7 +328,7 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
                           raw_dir, reporter)
             raw["repetition"] = rep
             raw["seed"] = exp.seed + rep
-        except (KeyboardInterrupt, _Terminated) as exc:
+        except (KeyboardInterrupt, Terminated) as exc:
             complete = False
             why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "terminated (SIGTERM)"
             raws.append((arm, {"error": why, "repetition": rep}))

@@ -6,9 +6,12 @@ list `fabriclab labs` prints cannot drift from what students read.
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 LABS_DIR = Path(__file__).resolve().parent
 _FOLDER = re.compile(r"^(\d{2})-[a-z0-9-]+$")
@@ -65,3 +68,15 @@ def find_lab(number: int, root: Path = LABS_DIR) -> Lab:
             return lab
     have = ", ".join(str(lab.number) for lab in labs) or "none"
     raise LabError(f"no lab {number}; the labs are {have} (see `fabriclab labs`)")
+
+
+def load_checker(lab: Lab) -> ModuleType:
+    """Lab's check.py as a module (its `check(target)` grades a results or code folder)."""
+    if not lab.checker.is_file():
+        raise LabError(f"lab {lab.number} has no check.py in {lab.path}")
+    spec = importlib.util.spec_from_file_location(f"labs_check_{lab.number:02d}", lab.checker)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses in a checker look their module up here
+    spec.loader.exec_module(module)
+    return module

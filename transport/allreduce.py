@@ -1,7 +1,7 @@
 """Ring all-reduce over the fabriclab transport: one worker per host, or the whole ring in-process.
 
-``python -m transport.allreduce --rank R --peers IP:PORT,... --size N --iterations K --json-out F`` runs
-rank R of the ring (algorithm, barrier and phases in transport/ring.py). The worker listens on its own
+``fabriclab allreduce --rank R --peers IP:PORT,... --size N --iterations K --json-out F`` (cli/allreduce.py)
+runs rank R of the ring (algorithm, barrier and phases in transport/ring.py). The worker listens on its own
 ``peers[R]`` port for its left neighbour's data and sends to ``peers[R+1]`` from one UDP socket per
 entropy value, bound to ``base_port + EV``, exactly as the srd Sender and Receiver do; both directions
 run in the event loop they share (transport/eventloop.py) over two sans-I/O ``Connection`` objects.
@@ -17,24 +17,21 @@ written in every case once the options are valid).
 
 from __future__ import annotations
 
-import argparse
 import errno
 import logging
-import signal
 import socket
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
 from transport import wire
 from transport.config import ConfigError, TransportConfig
 from transport.connection import Connection, MessageAcked, MessageReceived
-from transport.endpoint import EndpointError, resolve, write_json
+from transport.endpoint import resolve
 from transport.eventloop import RECV_BATCH, EventLoop, read_batch, socket_drops
 from transport.ring import (
     DEFAULT_PIECE_BYTES,
@@ -446,144 +443,3 @@ class UdpRingWorker(EventLoop):
                 "config": opts.config.to_dict(),
             },
         }
-
-
-# --------------------------------------------------------------------------------------------------
-# Command line
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def parse_peers(text: str) -> list[tuple[str, int]]:
-    """IP:PORT,IP:PORT,... ([v6]:PORT for IPv6)."""
-    peers = []
-    for item in text.split(","):
-        item = item.strip()
-        host, sep, port_s = item.rpartition(":")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        if not sep or not host or not port_s.isdigit():
-            raise argparse.ArgumentTypeError(f"{item!r} is not IP:PORT; use e.g. 10.0.0.1:7000,10.0.0.2:7000")
-        port = int(port_s)
-        if not 1 <= port <= 65535:
-            raise argparse.ArgumentTypeError(f"port {port} in {item!r} is out of range; use 1-65535")
-        peers.append((host, port))
-    return peers
-
-
-_SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-def count_arg(text: str) -> int:
-    """An element count with an optional K/M/G suffix (powers of 1024): 4096, 256K, 1M."""
-    raw = text.strip().lower()
-    mult = 1
-    if raw and raw[-1] in _SUFFIX:
-        mult, raw = _SUFFIX[raw[-1]], raw[:-1]
-    if not raw.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count; use e.g. 4096, 256K or 1M")
-    return int(raw) * mult
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(
-        prog="python -m transport.allreduce",
-        description="One rank of a ring all-reduce over the fabriclab transport.",
-    )
-    p.add_argument("--rank", type=int, required=True, help="this worker's index in --peers")
-    p.add_argument("--peers", type=parse_peers, required=True,
-                   help="IP:PORT of every rank in ring order; rank r listens on its own port")
-    p.add_argument("--size", type=count_arg, required=True, help="float32 elements (suffix K/M/G allowed)")
-    p.add_argument("--iterations", type=int, default=1)
-    p.add_argument("--policy", choices=["single", "spray", "adaptive"], default="spray", help="path (EV) policy")
-    p.add_argument("--evs", type=int, default=16, help="entropy values = source ports per rank")
-    p.add_argument("--base-port", type=int, default=None,
-                   help=f"first source port (EV 0); default {DEFAULT_BASE_PORT} + {BASE_PORT_STRIDE} * rank")
-    p.add_argument("--recovery", choices=["selective", "gobackn"], default="selective")
-    p.add_argument("--delivery", choices=["unordered", "ordered"], default="unordered")
-    p.add_argument("--cc", choices=["delay", "fixed"], default=TransportConfig.cc, help="congestion control")
-    p.add_argument("--window", type=int, default=TransportConfig.window,
-                   help="packets: the fixed window, or the initial window of --cc delay")
-    p.add_argument("--rto-min", type=float, default=TransportConfig.rto_min, help="seconds: floor of the RTO")
-    p.add_argument("--ack-delay", type=float, default=TransportConfig.ack_delay,
-                   help="seconds an ACK may be held to coalesce it with others (0 = ACK every packet)")
-    p.add_argument("--mtu", type=int, default=TransportConfig.mtu, help="UDP payload bytes per datagram")
-    p.add_argument("--piece-bytes", type=count_arg, default=DEFAULT_PIECE_BYTES,
-                   help="bytes of a chunk per transport message (pieces pipeline round the ring)")
-    p.add_argument("--seed", type=int, default=0, help="inputs are drawn from (seed, rank)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without progress before giving up")
-    p.add_argument("--start-at", type=float, default=None, help="UNIX time to start iteration 1 (after the barrier)")
-    p.add_argument("--link-rate-mbps", type=float, default=None, help="link rate for the bandwidth bound")
-    p.add_argument("--bind", default=None, help="local address to bind (default: all)")
-    p.add_argument("--json-out", default=None, metavar="FILE", help="write the results as JSON (also on SIGTERM)")
-    p.add_argument("-v", "--verbose", action="store_true")
-    return p
-
-
-def _options(args: argparse.Namespace) -> WorkerOptions:
-    config = TransportConfig(
-        path_policy=args.policy, num_evs=args.evs, recovery=args.recovery, delivery=args.delivery, mtu=args.mtu,
-        cc=args.cc, window=args.window, ack_delay=args.ack_delay, rto_min=args.rto_min,
-        rto_max=max(TransportConfig.rto_max, args.rto_min),
-    )
-    return WorkerOptions(
-        rank=args.rank, peers=args.peers, size=args.size, iterations=args.iterations, config=config,
-        base_port=args.base_port, seed=args.seed, timeout=args.timeout, start_at=args.start_at,
-        link_rate_mbps=args.link_rate_mbps, piece_bytes=args.piece_bytes, bind=args.bind,
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    prog = "allreduce"
-    try:
-        worker = UdpRingWorker(_options(args))
-        worker.open()
-    except (AllReduceError, EndpointError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-
-    def on_signal(signum: int, _frame: object) -> None:
-        worker.stop(f"signal {signal.Signals(signum).name}")
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    code = EXIT_OK
-    try:
-        worker.run()
-        if worker.stop_reason.startswith("signal"):
-            worker.error = f"stopped by {worker.stop_reason.removeprefix('signal ')}"
-            code = EXIT_SIGNAL
-        elif not worker.correct:
-            code = EXIT_MISMATCH
-    except (AllReduceError, EndpointError) as exc:
-        worker.error = str(exc)
-        code = EXIT_USAGE
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        results = worker.results()
-        worker.close()
-        if args.json_out:
-            try:
-                write_json(results, args.json_out)
-            except OSError as exc:
-                print(f"{prog}: error: cannot write {args.json_out}: {exc.strerror}", file=sys.stderr)
-                code = code or EXIT_USAGE
-    if worker.error:
-        print(f"{prog}: error: {worker.error}", file=sys.stderr)
-    else:
-        bound = results["bound_s"]
-        extra = f", bound {bound:.4f} s (x{results['ratio_to_bound']:.2f})" if bound else ""
-        verdict = "correct" if results["correct"] else f"MISMATCH {results['mismatch']}"
-        print(f"rank {worker.rank}: {len(worker.iteration_times)} iterations of {results['bytes']} bytes, "
-              f"mean {results['mean_s']:.4f} s{extra}; {verdict}")
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,12 +3,12 @@ in ring order, each rank sending to the next."""
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
 from experiments import analysis
 from experiments.arms import base
+from transport import command_line
 from transport.addressing import DEFAULT_PORT
 from transport.schema import AllreduceMetrics
 
@@ -27,9 +27,9 @@ class Allreduce(base.ArmKind):
         workers = []
         ctx.t0 = time.monotonic()
         for r, h in enumerate(ranks):
-            cmd = [sys.executable, "-m", "transport.allreduce", "--rank", str(r), "--peers", peers,
-                   "--size", str(w.elements), "--iterations", str(w.iterations),
-                   "--json-out", str(ctx.raw_dir / f"allreduce-{r}-{h}.json")]
+            cmd = command_line("allreduce", "--rank", str(r), "--peers", peers,
+                               "--size", str(w.elements), "--iterations", str(w.iterations),
+                               "--json-out", str(ctx.raw_dir / f"allreduce-{r}-{h}.json"))
             cmd += _options(ctx)
             workers.append(base.popen(ctx, h, cmd))
         return [], workers

@@ -10,7 +10,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -128,11 +127,6 @@ def names() -> tuple[str, ...]:
 
 # --------------------------------------------------------------------------------------------------
 # Starting endpoints in hosts
-
-
-def endpoint_command(*args: str) -> list[str]:
-    """The command line of a `fabriclab` endpoint (srd send / recv) run in an emulated host."""
-    return [sys.executable, "-m", "experiments.cli", *args]
 
 
 def popen(ctx: ArmContext, host: str, cmd: list[str], out_file: Path | None = None) -> subprocess.Popen:

@@ -7,6 +7,7 @@ from typing import Any
 
 from experiments import analysis
 from experiments.arms import base
+from transport import command_line
 from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
 from transport.headers import datagram_size_for_mtu
 from transport.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics
@@ -27,7 +28,7 @@ class Srd(base.ArmKind):
         receivers, ready = [], []
         for dst in sorted({f.dst for f in ctx.flows}):
             ready.append(base.ready_file(ctx, f"recv-{dst}"))
-            cmd = base.endpoint_command(
+            cmd = command_line(
                 "srd", "recv", "--bind", ctx.fab.ip(dst), "--port", str(DEFAULT_PORT), "--ready-file", str(ready[-1]),
                 "--json-out", str(ctx.raw_dir / f"recv-{dst}.json"), *common)
             if w.request_response:
@@ -38,7 +39,7 @@ class Srd(base.ArmKind):
         for i, f in enumerate(ctx.flows):
             ready.append(base.ready_file(ctx, f"send-{i}"))
             # EV e of the flow leaving its host i-th leaves from base + 16 i + e: ECMP sees other ports.
-            cmd = base.endpoint_command(
+            cmd = command_line(
                 "srd", "send", "--to", f"{ctx.fab.ip(f.dst)}:{DEFAULT_PORT}", "--policy", arm.policy,
                 "--seed", str(ctx.seed * 1000 + i), "--base-port", str(DEFAULT_BASE_PORT + 16 * f.index),
                 "--hold", "--ready-file", str(ready[-1]), "--size", str(w.message_size),

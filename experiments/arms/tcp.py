@@ -3,7 +3,6 @@ receiver has every byte), timed flows with iperf3."""
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
@@ -11,6 +10,7 @@ import numpy as np
 
 from experiments import analysis
 from experiments.arms import base
+from transport import command_line
 from transport.addressing import DEFAULT_BASE_PORT
 
 IPERF_PORT = 5201  # iperf3's own default; flow i listens on IPERF_PORT + i
@@ -57,7 +57,7 @@ def _client_port(ctx: base.ArmContext, i: int) -> int:
 def _start_tcpflow(ctx: base.ArmContext) -> base.Procs:
     """One receiver per flow (each takes one connection), every sender connected and held, then all
     released together (or at their matrix start times), as the transport's senders are."""
-    tcpflow = [sys.executable, "-m", "transport.tcpflow"]
+    tcpflow = command_line("tcpflow")
     timeout = f"{3 * ctx.duration + 20:g}"
     receivers, ready = [], []
     for i, f in enumerate(ctx.flows):

@@ -78,7 +78,7 @@ class _Follower(threading.Thread):
 
 
 def run_live_bench(topo: str, fake: bool = False, seconds: float = 20.0) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "experiments.cli", "live", "--port", "0", "--topo", topo]
+    cmd = [sys.executable, "-m", "cli", "live", "--port", "0", "--topo", topo]
     if fake:
         cmd.append("--fake")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from topologies import Topology
+from transport.config import PATH_POLICIES
 
 MODES = ("ecmp", "spray", "single")  # routing modes of the controller offered live
-POLICIES = ("single", "spray", "adaptive")  # the transport's path policies
+POLICIES = PATH_POLICIES  # the transport's path policies
 KINDS = ("mode", "policy", "link", "loss")
 
 

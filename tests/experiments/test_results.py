@@ -131,7 +131,7 @@ def test_a_shorter_run_shrinks_an_all_reduce_array_with_a_floor():
 
 
 def test_cli_list_and_report(doc, tmp_path: Path, capsys):
-    from experiments.cli import main
+    from cli.main import main
 
     assert main(["list"]) == 0
     out = capsys.readouterr().out

@@ -12,7 +12,7 @@ import pytest
 from labs import catalogue, grading
 from tests.labs import shell_blocks
 
-FABRICLAB = [sys.executable, "-m", "experiments.cli"]
+FABRICLAB = [sys.executable, "-m", "cli"]
 
 
 def _lab(root: Path, folder: str, title: str = "A lab", body: str = "What it is about.\n") -> Path:
@@ -117,14 +117,11 @@ def test_readme_blocks_are_shrunk_and_sizeless_steps_reported(tmp_path):
     assert shell_blocks.missing_size("fabriclab probe --packets 100 --mode spray") is None
 
 
-def test_a_checker_may_define_dataclasses(tmp_path, monkeypatch):
+def test_a_checker_may_define_dataclasses(tmp_path):
     # dataclasses resolve a class's module through sys.modules while the checker is being imported
     lab = _lab(tmp_path, "01-first")
     (lab / "check.py").write_text(
         "from __future__ import annotations\nfrom dataclasses import dataclass\n\n"
         "@dataclass(frozen=True)\nclass Case:\n    name: str\n\n"
         "def check(target):\n    return [Case('x')]\n")
-    monkeypatch.setattr(catalogue, "LABS_DIR", tmp_path)
-    from labs.commands import _load_checker
-
-    assert _load_checker(catalogue.find_lab(1, tmp_path)).check(tmp_path)[0].name == "x"
+    assert catalogue.load_checker(catalogue.find_lab(1, tmp_path)).check(tmp_path)[0].name == "x"

@@ -44,5 +44,5 @@ def test_lab_steps_run_at_smoke_size(lab, tmp_path):
     finally:
         left = {k: v for k, v in leftovers().items() if v}
         if left:
-            subprocess.run([sys.executable, "-m", "experiments.cli", "clean"], capture_output=True, timeout=120)
+            subprocess.run([sys.executable, "-m", "cli", "clean"], capture_output=True, timeout=120)
         assert not left, f"{lab.slug} left {left}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from labs import catalogue, grading
-from labs.commands import _load_checker
+from labs.catalogue import load_checker
 from tests.labs import shell_blocks
 
 LABS = catalogue.all_labs()
@@ -37,14 +37,14 @@ def test_lab_is_complete(lab):
 
 @pytest.mark.parametrize("lab", LABS, ids=IDS)
 def test_checker_passes_on_the_solution(lab):
-    checks = _load_checker(lab).check(lab.path / "solution")
+    checks = load_checker(lab).check(lab.path / "solution")
     text, code = grading.render(checks)
     assert code == 0, text
 
 
 @pytest.mark.parametrize("lab", LABS, ids=IDS)
 def test_checker_fails_on_the_starter(lab):
-    checks = _load_checker(lab).check(lab.path / "starter")
+    checks = load_checker(lab).check(lab.path / "starter")
     text, code = grading.render(checks)
     assert code == 1, text
     assert all(c.reason for c in checks)

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from experiments.cli import main
+from cli.main import main
 
 
 def test_help_explains_the_switches(capsys):
@@ -63,7 +63,7 @@ def test_a_busy_port_is_one_line(capsys):
 
 @pytest.mark.timeout(60)
 def test_fake_run_serves_and_ctrl_c_ends_it():
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "live", "--fake", "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "live", "--fake", "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()

@@ -8,12 +8,11 @@ import logging
 import signal
 import sys
 
-from emulator.cli import subcommands_of
+from cli.args import number_arg, port_or_any
 from emulator.errors import EmulatorError
 from experiments.live.controls import MODES, POLICIES
 from experiments.live.workload import WORKLOADS
 from topologies import SpecError
-from transport.cli import listen_port_arg
 
 log = logging.getLogger(__name__)
 
@@ -31,24 +30,18 @@ class LiveError(Exception):
 USER_ERRORS = (LiveError, EmulatorError, SpecError)
 
 
-def _interval(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0.1 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"{v:g} s: give 0.1-1 s (the page must update at least once a second)")
-    return v
+_interval = number_arg(float, "a number of seconds", 0.1, 1.0, unit=" s",
+                       why="the page must update at least once a second")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
         "live", help="watch a running fabric in the browser (or --tui) and switch ECMP <-> spraying live",
         description="Bring a fabric up (routing --mode, ecmp by default), start continuous traffic in its hosts "
         "and serve a dashboard: the fabric drawn tier by tier with every link coloured by its utilisation, "
         "goodput, link imbalance and hot links over time with events marked, which uplinks the flows' hashes "
         "landed on (inferred from link counters), and controls to switch the routing mode (ecmp, spray, "
-        "single) and the transport's path policy (single, spray, adaptive: restarts the senders), cut and "
+        f"single) and the transport's path policy ({', '.join(POLICIES)}: restarts the senders), cut and "
         "restore a link by clicking it, and set random loss on it. With --tui the same numbers and switches "
         "are in the terminal (for ssh-only use). Ctrl-C stops the traffic and tears the fabric down. "
         "Needs root, like `fabriclab up`; --fake runs the view on synthetic counters without root.",
@@ -64,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default="single", choices=POLICIES,
                    help="the transport's path policy to start with; single = one entropy value per flow, what "
                    "ECMP hashes (default: %(default)s)")
-    p.add_argument("--port", type=listen_port_arg, default=8080,
+    p.add_argument("--port", type=port_or_any, default=8080,
                    help="HTTP port (default: %(default)s; 0 = any free port)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to serve on (default: %(default)s, this machine only; 0.0.0.0 exposes the "
@@ -79,7 +72,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds between counter reads and page updates (default: %(default)s)")
     p.set_defaults(func=cmd_live)
 
-    bench = subcommands_of(sub.choices["bench"])
     b = bench.add_parser(
         "live", help="the live view: update rate, counter-to-page latency, its CPU use",
         description="Run `fabriclab live` as a child process, follow its event stream like a page does, and "

@@ -1,29 +1,28 @@
-"""`fabriclab labs` (the list) and `fabriclab lab check N [DIR]` (run lab N's checker on DIR)."""
+"""The labs' commands: `fabriclab labs` (the list) and `fabriclab lab check N [DIR]` (run lab N's checker on DIR)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-from labs.catalogue import LabError, all_labs, find_lab
+from cli.args import show_help
+from labs.catalogue import LabError, all_labs, find_lab, load_checker
 
 USER_ERRORS = (LabError,)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("labs", help="list the teaching labs",
-                       description="List the teaching labs (labs/NN-name/ in the source tree): number, "
-                       "title, folder and what each is about. Start with the lab's README.md.")
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("labs", help="list the teaching labs",
+                            description="List the teaching labs (labs/NN-name/ in the source tree): number, "
+                            "title, folder and what each is about. Start with the lab's README.md.")
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(func=cmd_labs)
 
-    lab = sub.add_parser("lab", help="work with one lab: `fabriclab lab check N [DIR]`",
-                         description="Commands for one lab.")
+    lab = commands.add_parser("lab", help="work with one lab: `fabriclab lab check N [DIR]`",
+                              description="Commands for one lab.")
+    lab.set_defaults(func=show_help(lab))
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="WHAT")
-    lab.set_defaults(func=lambda args: lab.print_help() or 2)
     c = lab_sub.add_parser(
         "check", help="grade a lab: PASS/FAIL per check with the reason",
         description="Run lab N's checker on DIR and print PASS or FAIL for every check with its reason. "
@@ -62,19 +61,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     lab = find_lab(args.number)
     if not target.exists():
         raise LabError(f"{target} does not exist; give a results directory or a folder of lab code")
-    checker = _load_checker(lab)
+    checker = load_checker(lab)
     print(f"lab {lab.number}: {lab.title}\nchecking {target}\n")
     text, code = grading.render(checker.check(target))
     print(text)
     return code
-
-
-def _load_checker(lab):
-    if not lab.checker.is_file():
-        raise LabError(f"lab {lab.number} has no check.py in {lab.path}")
-    spec = importlib.util.spec_from_file_location(f"labs_check_{lab.number:02d}", lab.checker)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses in a checker look their module up here
-    spec.loader.exec_module(module)
-    return module
