@@ -86,7 +86,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topo", metavar="SPEC", default=None, help="fabric (default: the experiment's own)")
     p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
-                   help="seconds of traffic per arm (fault times scale with it)")
+                   help="seconds of traffic per arm (fault times scale with it, and so does an all-reduce's "
+                   "array)")
     p.add_argument("--seed", type=int, default=None, metavar="N", help="seed (default: the experiment's)")
     p.add_argument("--repetitions", type=int, default=None, metavar="N", help="run every arm N times")
     p.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",
@@ -142,6 +143,9 @@ def _run(args: argparse.Namespace) -> int:
 
         matrix = traffic.load(args.traffic, hosts=len(topo.hosts))
         exp = traffic.apply(exp, topo, matrix, keep_duration=args.duration is not None)
+    from emulator.system import capabilities, require_ready
+
+    require_ready(capabilities())  # one line with the fix now, not one traceback per arm later
     signal.signal(signal.SIGTERM, raise_terminated)
     reporter = None if args.no_progress else RichReporter()
     try:

@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 
-from cli.args import number_arg, port_or_any
+from cli.args import number_arg, port_or_any, positive_seconds
 from emulator.errors import EmulatorError
 from experiments.live.controls import MODES, POLICIES
 from experiments.live.workload import WORKLOADS
@@ -68,6 +68,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--fake", action="store_true",
                    help="no fabric: synthetic counters from the topology (no root needed; for trying the view)")
     p.add_argument("--seed", type=int, default=1, metavar="N", help="seed of the flow placement (default: %(default)s)")
+    p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
+                   help="stop after S seconds and tear the fabric down (default: run until Ctrl-C); for labs "
+                   "and scripted demonstrations")
     p.add_argument("--interval", type=_interval, default=0.5, metavar="S",
                    help="seconds between counter reads and page updates (default: %(default)s)")
     p.set_defaults(func=cmd_live)
@@ -111,25 +114,29 @@ def cmd_live(args: argparse.Namespace) -> int:
     if args.tui:
         from experiments.live.tui import run_tui
 
-        return asyncio.run(_with_signals(lambda stop: run_tui(session, stop)))
+        return asyncio.run(_with_signals(lambda stop: run_tui(session, stop), args.duration))
     from experiments.live.server import is_loopback, serve
 
     def announce(url: str) -> None:
-        print(f"live view on {url}  (Ctrl-C to stop and tear the fabric down)", flush=True)
+        until = f"for {args.duration:g} s; " if args.duration else ""
+        print(f"live view on {url}  ({until}Ctrl-C to stop and tear the fabric down)", flush=True)
         if not is_loopback(args.host):
             print(f"warning: serving on {args.host}: anyone who can reach it can drive the fabric", file=sys.stderr)
 
     try:
-        return asyncio.run(_with_signals(lambda stop: serve(session, args.host, args.port, stop, announce)))
+        return asyncio.run(_with_signals(lambda stop: serve(session, args.host, args.port, stop, announce),
+                                         args.duration))
     except OSError as exc:
         raise LiveError(f"{exc}; pick another --port or --host") from None
 
 
-async def _with_signals(main) -> int:
-    """Run main(stop) with SIGINT/SIGTERM setting `stop`: teardown then runs in order, never twice."""
+async def _with_signals(main, duration: float | None = None) -> int:
+    """Run main(stop) with SIGINT/SIGTERM (or `duration` running out) setting `stop`: teardown then runs
+    in order, never twice."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     hits = 0
+    timer = loop.call_later(duration, stop.set) if duration else None
 
     def on_signal() -> None:
         nonlocal hits
@@ -143,6 +150,8 @@ async def _with_signals(main) -> int:
     try:
         result = await main(stop)
     finally:
+        if timer:
+            timer.cancel()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     return int(result or 0)

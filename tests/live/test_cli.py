@@ -80,3 +80,19 @@ def test_fake_run_serves_and_ctrl_c_ends_it():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.timeout(60)
+def test_duration_ends_a_run_on_its_own():
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "cli", "live", "--fake", "--port", "0", "--duration", "2"],
+                         capture_output=True, text=True, timeout=40)
+    assert out.returncode == 0, out.stderr
+    assert "for 2 s;" in out.stdout
+    assert 2.0 <= time.monotonic() - t0 < 30
+
+
+def test_duration_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["live", "--duration", "0"])
+    assert exc.value.code == 2 and "--duration" in capsys.readouterr().err
