@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import numbers
 import sys
 import traceback
 from collections.abc import Callable, Iterable
@@ -148,6 +150,47 @@ def call(module: ModuleType, function: str, *args: Any, **kwargs: Any) -> tuple[
         return None, failed(function, f"{function}() is not written yet ({exc or 'TODO'})")
     except Exception as exc:
         return None, failed(function, f"{function}() raised {_where(exc)}")
+
+
+def agrees(name: str, module: ModuleType, function: str, cases: dict[str, tuple[Any, ...]],
+           reference: Callable[..., Any], rel: float = 0.0, what: str = "the reference") -> Check:
+    """The student's `function` against `reference` on every case (a label -> the positional
+    arguments): numbers within `rel` of the reference's (infinities equal), anything else equal. One
+    check, naming the first case that disagrees or raises, or how many agreed."""
+    for label, args in cases.items():
+        want = reference(*args)
+        got, error = call(module, function, *args)
+        if error is not None:
+            return failed(name, f"{error.reason} (on {label})")
+        if not _same(got, want, rel):
+            within = f" within {_pct(rel)}" if rel else ""
+            return failed(name, f"{function}() on {label} gave {_show(got)}; {what} gives {_show(want)}{within}")
+    return passed(name, f"{function}() agrees with {what} on all {len(cases)} cases"
+                  + (f" (within {_pct(rel)})" if rel else ""))
+
+
+def _same(got: Any, want: Any, rel: float) -> bool:
+    if isinstance(want, numbers.Real) and not isinstance(want, bool):
+        if not isinstance(got, numbers.Real) or isinstance(got, bool):
+            return False
+        if math.isinf(want) or math.isinf(got):
+            return got == want
+        return abs(got - want) <= rel * abs(want) + 1e-9
+    if isinstance(want, (list, tuple)):
+        return isinstance(got, (list, tuple)) and len(got) == len(want) and all(
+            _same(g, w, rel) for g, w in zip(got, want, strict=True))
+    return bool(got == want)
+
+
+def _pct(rel: float) -> str:
+    return f"{rel * 100:g} %"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float):
+        return _fmt(value)
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _where(exc: BaseException) -> str:

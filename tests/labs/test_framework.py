@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,35 @@ def test_student_code_errors_are_failed_checks_naming_the_function(tmp_path):
     (tmp_path / "bad.py").write_text("def f(:\n")
     bad = grading.load_module(tmp_path, "bad.py")
     assert isinstance(bad, grading.Check) and "SyntaxError" in bad.reason
+
+
+def test_agrees_compares_student_code_with_a_reference_on_every_case(tmp_path):
+    (tmp_path / "work.py").write_text(
+        "import math\n\n"
+        "def half(x):\n    return x / 2\n\n"
+        "def sloppy(x):\n    return x / 2 + (0.2 if x > 5 else 0)\n\n"
+        "def ratio(a, b):\n    return a / b if b else math.inf\n\n"
+        "def evens(xs):\n    return [x for x in xs if x % 2 == 0]\n\n"
+        "def todo(x):\n    raise NotImplementedError('TODO: halve it')\n")
+    mod = grading.load_module(tmp_path, "work.py")
+    assert not isinstance(mod, grading.Check)
+    cases = {"x=1": (1,), "x=10": (10,)}
+    c = grading.agrees("halving", mod, "half", cases, lambda x: x / 2, what="division")
+    assert c.passed and "all 2 cases" in c.reason
+    c = grading.agrees("halving", mod, "sloppy", cases, lambda x: x / 2, rel=0.01, what="division")
+    assert not c.passed and "on x=10 gave 5.2; division gives 5 within 1 %" in c.reason
+    assert grading.agrees("halving", mod, "sloppy", cases, lambda x: x / 2, rel=0.05).passed
+    c = grading.agrees("ratio", mod, "ratio", {"b=0": (1, 0), "b=2": (1, 2)},
+                       lambda a, b: a / b if b else math.inf)
+    assert c.passed
+    c = grading.agrees("evens", mod, "evens", {"1..4": ([1, 2, 3, 4],)}, lambda xs: [2, 4])
+    assert c.passed
+    c = grading.agrees("evens", mod, "evens", {"1..4": ([1, 2, 3, 4],)}, lambda xs: [2])
+    assert not c.passed and "gave [2, 4]" in c.reason
+    c = grading.agrees("halving", mod, "todo", cases, lambda x: x / 2)
+    assert not c.passed and "todo() is not written yet" in c.reason and "(on x=1)" in c.reason
+    c = grading.agrees("halving", mod, "evens", cases, lambda x: x / 2)
+    assert not c.passed and "TypeError" in c.reason
 
 
 def test_results_are_found_in_a_run_or_the_newest_under_a_root(tmp_path):
