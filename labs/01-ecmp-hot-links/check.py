@@ -19,6 +19,7 @@ from typing import Any
 
 from experiments import analysis
 from labs import grading
+from labs.catalogue import LabError
 from topologies import parse_spec
 
 MODULE = "hotlinks.py"
@@ -83,8 +84,14 @@ def _key(util: dict[str, float]) -> tuple[tuple[str, float], ...]:
     return tuple(sorted(util.items()))
 
 
-def _max_over_min(util: dict[str, float]) -> float:
+def _max_over_min(util: dict[str, float]) -> float | None:
+    """max/min utilisation: infinity when a direction carried nothing, 0.0 when none did, None when
+    there are no link data at all."""
+    if not util:
+        return None
     low, high = min(util.values()), max(util.values())
+    if high == 0:
+        return 0.0
     return high / low if low > 0 else math.inf
 
 
@@ -120,7 +127,11 @@ def check_code(folder: Path) -> list[grading.Check]:
 
 def check_results(doc: dict[str, Any]) -> list[grading.Check]:
     ecmp, spray = grading.arm(doc, "ecmp-single"), grading.arm(doc, "spray")
-    e_mm, s_mm = _max_over_min(ecmp["link_utilisation"]), _max_over_min(spray["link_utilisation"])
+    e_mm = _max_over_min(ecmp.get("link_utilisation") or {})
+    s_mm = _max_over_min(spray.get("link_utilisation") or {})
+    if e_mm is None or s_mm is None:
+        raise LabError("this run has no link utilisation (no controller counters were sampled); re-run the "
+                       "experiment")
     return [
         grading.at_most("spraying is even", spray["link_imbalance"], SPRAY_MAX_OVER_MEAN,
                         "spray's link imbalance (max/mean)"),
