@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from labs import catalogue, grading
+from labs import catalogue, grading, script
 from tests.labs import shell_blocks
 
 FABRICLAB = [sys.executable, "-m", "cli"]
@@ -93,6 +93,32 @@ def test_agrees_compares_student_code_with_a_reference_on_every_case(tmp_path):
     assert not c.passed and "todo() is not written yet" in c.reason and "(on x=1)" in c.reason
     c = grading.agrees("halving", mod, "evens", cases, lambda x: x / 2)
     assert not c.passed and "TypeError" in c.reason
+
+
+def test_a_student_file_run_as_a_script_shows_through_the_labs_show_py(tmp_path, capsys):
+    lab = _lab(tmp_path, "01-first")
+    (lab / "show.py").write_text(
+        "from labs.catalogue import LabError\n"
+        "from labs.script import attempt\n\n"
+        "def main(student, argv):\n"
+        "    if argv == ['missing']:\n"
+        "        raise LabError('no results under missing')\n"
+        "    print('double:', attempt(student.double, 21), 'todo:', attempt(student.todo))\n"
+        "    return 0\n")
+    (tmp_path / "work.py").write_text(
+        "def double(x):\n    return 2 * x\n\n"
+        "def todo():\n    raise NotImplementedError('TODO')\n")
+    student = grading.load_module(tmp_path, "work.py")
+    assert not isinstance(student, grading.Check)
+    assert script.run(1, student, [], root=tmp_path) == 0
+    assert capsys.readouterr().out == "double: 42 todo: None\n"
+    assert script.run(1, student, ["missing"], root=tmp_path) == 2
+    assert capsys.readouterr().err == "work.py: no results under missing\n"
+    assert script.run(2, student, [], root=tmp_path) == 2
+    assert "no lab 2" in capsys.readouterr().err
+    (lab / "show.py").unlink()
+    assert script.run(1, student, [], root=tmp_path) == 2
+    assert "has nothing to show" in capsys.readouterr().err
 
 
 def test_results_are_found_in_a_run_or_the_newest_under_a_root(tmp_path):
