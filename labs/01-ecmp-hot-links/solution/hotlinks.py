@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable
 from math import comb
-from pathlib import Path
-from typing import Any
 
 # A link direction is hot when it runs at least this full ...
 HOT_UTIL = 0.75
@@ -80,55 +77,7 @@ def hot_links(utilisation: dict[str, float]) -> list[str]:
     return sorted(name for name, u in utilisation.items() if u >= HOT_UTIL and u >= HOT_OVER_MEAN * mean)
 
 
-# ---- You do not need to change anything below: it applies your functions to a measured run. ------
-
-
-def _try(fn: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        return "TODO"
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return "inf" if math.isinf(value) else f"{value:.2f}"
-    if isinstance(value, list):
-        return ", ".join(value) or "none"
-    return str(value)
-
-
-def main(argv: list[str]) -> int:
-    from labs.catalogue import LabError
-    from labs.grading import load_results
-
-    if len(argv) != 1:
-        print("usage: python hotlinks.py RESULTS_DIR   (from `fabriclab run ecmp-vs-spray --out RESULTS_DIR`)",
-              file=sys.stderr)
-        return 2
-    try:
-        doc = load_results(Path(argv[0]), "ecmp-vs-spray")
-    except LabError as exc:
-        print(f"hotlinks.py: {exc}", file=sys.stderr)
-        return 2
-    bib = doc["analysis"].get("ecmp_expectation", {}).get("balls_in_bins", {})
-    k, n = bib.get("balls", 0), bib.get("bins", 0)
-    print(f"Balls in bins for this fabric: {k} flows leave the busiest leaf, hashed onto {n} uplinks")
-    print(f"  P(some uplink gets 2+ flows)     yours {_fmt(_try(collision_probability, k, n)):>8}"
-          f"   fabriclab {bib.get('prob_collision', float('nan')):.2f}")
-    print(f"  flows on the busiest uplink (E)  yours {_fmt(_try(expected_max_load, k, n)):>8}"
-          f"   fabriclab {bib.get('expected_max_load', float('nan')):.2f} (Monte Carlo)")
-    print()
-    print(f"{'arm':<12} {'goodput':>10} {'max/mean':>9} {'(fabric)':>9} {'max/min':>9}  hot links (yours)")
-    for arm in doc["arms"]:
-        util = arm.get("link_utilisation") or {}
-        if arm.get("error") or not util:
-            print(f"{arm['name']:<12} no link data ({arm.get('error') or 'empty'})")
-            continue
-        print(f"{arm['name']:<12} {arm['goodput_bps'] / 1e6:>5.2f} Mb/s {_fmt(_try(max_over_mean, util)):>9} "
-              f"{arm['link_imbalance']:>9.2f} {_fmt(_try(max_over_min, util)):>9}  {_fmt(_try(hot_links, util))}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from labs.script import run
+
+    sys.exit(run(1, sys.modules[__name__], sys.argv[1:]))

@@ -12,9 +12,6 @@ loss-recovery`, next to what the emulated fabric measured; grade them with `fabr
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 
 def transmissions(packets: int, lost: set[int], recovery: str, window: int) -> int:
@@ -49,83 +46,7 @@ def stall_probability(loss: float, packets: int, flows: int) -> float:
     raise NotImplementedError("TODO: the chance that some flow of the step loses a packet")
 
 
-# ---- You do not need to change anything below: it applies your models and compares the fabric. ----
-
-LOSSES = (0.001, 0.01, 0.05)
-WINDOWS = (8, 16, 32)
-STEP_PACKETS = 46  # one 64 KiB chunk of 1430-byte packets per flow and step
-
-
-def _try(fn: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        return None
-
-
-def _f(value: float | None, fmt: str) -> str:
-    return "TODO" if value is None else format(value, fmt)
-
-
-def show_models() -> None:
-    print("Transmissions to deliver 1000 packets, first transmissions of PSNs 100, 400 and 405 lost:")
-    for window in WINDOWS:
-        sel = _try(transmissions, 1000, {100, 400, 405}, "selective", window)
-        gbn = _try(transmissions, 1000, {100, 400, 405}, "gobackn", window)
-        print(f"  window {window:>2}: selective repeat {_f(sel, 'd'):>5}   go-back-N {_f(gbn, 'd'):>5}")
-    print("\nEfficiency (share of transmissions that deliver a new packet) under random loss:")
-    print("  loss    selective  " + "  ".join(f"go-back-N W={w:<3}" for w in WINDOWS))
-    for loss in LOSSES:
-        cells = "  ".join(f"{_f(_try(efficiency, loss, 'gobackn', w), '.3f'):>15}" for w in WINDOWS)
-        print(f"  {loss:>5.1%}  {_f(_try(efficiency, loss, 'selective', 8), '.3f'):>9}  {cells}")
-    print(f"\nChance that a collective step waits for a loss ({STEP_PACKETS} packets per flow per step):")
-    print("  loss     " + "  ".join(f"{n:>4} flows" for n in (8, 64, 512)))
-    for loss in (0.0001, 0.001, 0.01):
-        cells = "  ".join(f"{_f(_try(stall_probability, loss, STEP_PACKETS, n), '.1%'):>10}" for n in (8, 64, 512))
-        print(f"  {loss:>6.2%}  {cells}")
-
-
-def show_measured(target: Path) -> int:
-    from labs.catalogue import LabError
-    from labs.grading import load_results
-
-    try:
-        doc = load_results(target, "loss-recovery")
-    except LabError as exc:
-        print(f"recovery.py: {exc}", file=sys.stderr)
-        return 2
-    arms = {a["name"]: a for a in doc["arms"] if not a.get("error")}
-
-    def per_packet(arm: dict[str, Any]) -> float | None:
-        data = sum(f.get("data_packets") or 0 for f in arm["flows"])
-        return (arm.get("retransmissions") or 0) / data if data else None
-
-    print(f"\nMeasured on the emulated fabric ({target}): retransmissions per packet delivered, and go-back-N's")
-    print("window as the packets it resent per loss event, against your efficiency for that window:")
-    print("  loss   selective  go-back-N  resent/event W  go-back-N of lossless  your efficiency(p, W)")
-    base = arms.get("gobackn@0%", {}).get("goodput_bps")
-    for loss in (0.1, 1.0, 5.0):
-        sel, gbn = arms.get(f"selective@{loss:g}%"), arms.get(f"gobackn@{loss:g}%")
-        if not sel or not gbn:
-            print(f"  {loss:>4g} %  (arm missing or failed)")
-            continue
-        rewinds = sum(f.get("gobackn_rewinds") or 0 for f in gbn["flows"])
-        window = (gbn.get("retransmissions") or 0) / rewinds if rewinds else None
-        model = _try(efficiency, loss / 100, "gobackn", round(window)) if window else None
-        measured = gbn["goodput_bps"] / base if base else None
-        print(f"  {loss:>4g} %  {_f(per_packet(sel), '.4f'):>9}  {_f(per_packet(gbn), '.4f'):>9}  "
-              f"{_f(window, '.1f'):>14}  {_f(measured, '.2f'):>21}  {_f(model, '.2f'):>21}")
-    return 0
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) > 1:
-        print("usage: python recovery.py [RESULTS_DIR]   (from `fabriclab run loss-recovery --out RESULTS_DIR`)",
-              file=sys.stderr)
-        return 2
-    show_models()
-    return show_measured(Path(argv[0])) if argv else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from labs.script import run
+
+    sys.exit(run(3, sys.modules[__name__], sys.argv[1:]))
