@@ -13,6 +13,7 @@ from typing import Any
 from cli.args import positive_seconds
 from emulator.errors import EmulatorError
 from emulator.network import raise_terminated
+from experiments.catalogue import ArmNotFound
 from experiments.model import Arm, Experiment
 from experiments.runner import Reporter
 from experiments.traffic import TrafficError
@@ -25,7 +26,7 @@ class ExperimentNotFound(LookupError):
     pass
 
 
-USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError, ExperimentNotFound, TrafficError)
+USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError, ExperimentNotFound, ArmNotFound, TrafficError)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -83,6 +84,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.set_defaults(func=cmd_bench_fidelity)
 
 
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one arm name, e.g. spray,ecmp-single")
+    return names
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topo", metavar="SPEC", default=None, help="fabric (default: the experiment's own)")
     p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
@@ -90,6 +98,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "array)")
     p.add_argument("--seed", type=int, default=None, metavar="N", help="seed (default: the experiment's)")
     p.add_argument("--repetitions", type=int, default=None, metavar="N", help="run every arm N times")
+    p.add_argument("--arms", type=_names, default=None, metavar="NAME,...",
+                   help="run only these arms, in the experiment's order (default: all; see `fabriclab list`)")
     p.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",
                    help="results root (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print results.json to stdout")
@@ -137,7 +147,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.name not in catalogue.CATALOGUE:
         raise ExperimentNotFound(f"no experiment '{args.name}'; choose one of {', '.join(catalogue.CATALOGUE)} "
                                  "(see `fabriclab list`)")
-    exp, topo = driver.prepare(args.name, args.topo, args.duration, args.seed, args.repetitions)
+    exp, topo = driver.prepare(args.name, args.topo, args.duration, args.seed, args.repetitions,
+                               getattr(args, "arms", None))
     if getattr(args, "traffic", None) is not None:
         from experiments import traffic
 

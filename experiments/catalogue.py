@@ -9,7 +9,7 @@ records CPU idle and says when that did not hold).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -540,9 +540,21 @@ def _scaled_collective(w: Workload, scale: float) -> Workload:
     return replace(w, elements=elements)
 
 
+class ArmNotFound(LookupError):
+    """--arms named an arm the experiment does not have."""
+
+
 def with_overrides(exp: Experiment, topology: str | None = None, duration: float | None = None,
-                   seed: int | None = None, repetitions: int | None = None) -> Experiment:
-    """A copy of `exp` with the command line's overrides (fault times scale with the duration)."""
+                   seed: int | None = None, repetitions: int | None = None,
+                   arms: Sequence[str] | None = None) -> Experiment:
+    """A copy of `exp` with the command line's overrides (fault times scale with the duration; `arms`
+    keeps only the arms named, in the experiment's own order)."""
+    if arms:
+        unknown = [a for a in arms if a not in {x.name for x in exp.arms}]
+        if unknown:
+            raise ArmNotFound(f"{exp.name} has no arm {', '.join(repr(u) for u in unknown)}; its arms are "
+                              f"{', '.join(a.name for a in exp.arms)}")
+        exp = replace(exp, arms=[a for a in exp.arms if a.name in arms])
     if duration is not None and duration != exp.duration_s:
         scale = duration / exp.duration_s
         exp = replace(exp, arms=[replace(a, faults=tuple(replace(f, at_s=f.at_s * scale) if f.at_s > 0 else f

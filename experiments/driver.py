@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,10 +105,10 @@ def rerender(path: Path) -> Rendered:
 
 
 def prepare(name: str, topo: str | None = None, duration: float | None = None, seed: int | None = None,
-            repetitions: int | None = None) -> tuple[Experiment, Topology]:
+            repetitions: int | None = None, arms: Sequence[str] | None = None) -> tuple[Experiment, Topology]:
     entry = catalogue.get(name)
     exp = catalogue.with_overrides(entry.build(), topology=topo, duration=duration, seed=seed,
-                                   repetitions=repetitions)
+                                   repetitions=repetitions, arms=arms)
     return exp, parse_spec(exp.topology)
 
 

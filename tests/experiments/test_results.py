@@ -141,3 +141,12 @@ def test_cli_list_and_report(doc, tmp_path: Path, capsys):
     assert json.loads(capsys.readouterr().out)["experiment"] == "ecmp-vs-spray"
     assert main(["report", str(tmp_path / "nowhere")]) == 2
     assert main(["run", "no-such-experiment"]) == 2
+
+
+def test_arms_keeps_the_named_arms_in_order_and_names_the_choices_when_wrong():
+    lr = catalogue.get("loss-recovery").build()
+    names = [a.name for a in lr.arms]
+    picked = catalogue.with_overrides(lr, arms=[names[3], names[0]])
+    assert [a.name for a in picked.arms] == [names[0], names[3]]
+    with pytest.raises(catalogue.ArmNotFound, match=f"no arm 'nope'; its arms are {names[0]}"):
+        catalogue.with_overrides(lr, arms=["nope"])
