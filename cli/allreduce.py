@@ -26,6 +26,7 @@ from transport.allreduce import (
 )
 from transport.config import CC_ALGORITHMS, DELIVERY_MODES, PATH_POLICIES, RECOVERY_MODES, TransportConfig
 from transport.endpoint import EndpointError, write_json
+from transport.policy_plugin import add_path_policy_argument
 from transport.ring import DEFAULT_PIECE_BYTES
 
 
@@ -43,6 +44,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--size", type=count_arg, required=True, help="float32 elements (suffix K/M/G allowed)")
     p.add_argument("--iterations", type=int, default=1)
     p.add_argument("--policy", choices=PATH_POLICIES, default="spray", help="path (EV) policy")
+    add_path_policy_argument(p)
     p.add_argument("--evs", type=int, default=16, help="entropy values = source ports per rank")
     p.add_argument("--base-port", type=int, default=None,
                    help=f"first source port (EV 0); default {DEFAULT_BASE_PORT} + {BASE_PORT_STRIDE} * rank")
@@ -70,7 +72,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
 def _options(args: argparse.Namespace) -> WorkerOptions:
     config = TransportConfig(
-        path_policy=args.policy, num_evs=args.evs, recovery=args.recovery, delivery=args.delivery, mtu=args.mtu,
+        path_policy=args.path_policy or args.policy,
+        num_evs=args.evs, recovery=args.recovery, delivery=args.delivery, mtu=args.mtu,
         cc=args.cc, window=args.window, ack_delay=args.ack_delay, rto_min=args.rto_min,
         rto_max=max(TransportConfig.rto_max, args.rto_min),
     )

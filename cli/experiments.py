@@ -15,9 +15,11 @@ from emulator.errors import EmulatorError
 from emulator.network import raise_terminated
 from experiments.catalogue import ArmNotFound
 from experiments.model import Arm, Experiment
+from experiments.policy_arm import PolicyArmError
 from experiments.runner import Reporter
 from experiments.traffic import TrafficError
 from topologies import SpecError
+from transport.policy_plugin import add_path_policy_argument
 
 DEMO_EXPERIMENT = "ecmp-vs-spray"
 
@@ -26,7 +28,8 @@ class ExperimentNotFound(LookupError):
     pass
 
 
-USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError, ExperimentNotFound, ArmNotFound, TrafficError)
+USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError, ExperimentNotFound, ArmNotFound, TrafficError,
+               PolicyArmError)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -45,6 +48,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    help="flows from a traffic matrix in htsim's connection-matrix format ('Nodes N', "
                    "'Connections C', then 'SRC->DST start PS size BYTES'; host i = the topology's i-th host) "
                    "instead of the experiment's own; the duration defaults to the matrix's makespan")
+    add_path_policy_argument(p, "adds one arm, named after CLASS, that runs it with the settings of the "
+                             "experiment's sprayed transport arm (see docs/experiments.md)")
     p.set_defaults(func=cmd_run)
 
     p = commands.add_parser("list", help="list the experiments", description="List the experiments with their "
@@ -154,6 +159,10 @@ def _run(args: argparse.Namespace) -> int:
 
         matrix = traffic.load(args.traffic, hosts=len(topo.hosts))
         exp = traffic.apply(exp, topo, matrix, keep_duration=args.duration is not None)
+    if getattr(args, "path_policy", None):
+        from experiments.policy_arm import with_policy_arm
+
+        exp = with_policy_arm(exp, args.path_policy)
     from emulator.system import capabilities, require_ready
 
     require_ready(capabilities())  # one line with the fix now, not one traceback per arm later

@@ -13,6 +13,7 @@ from emulator.errors import EmulatorError
 from experiments.live.controls import MODES, POLICIES
 from experiments.live.workload import WORKLOADS
 from topologies import SpecError
+from transport.policy_plugin import add_path_policy_argument
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--policy", default="single", choices=POLICIES,
                    help="the transport's path policy to start with; single = one entropy value per flow, what "
                    "ECMP hashes (default: %(default)s)")
+    add_path_policy_argument(p, "the senders start with it, and the policy control (page or --tui) offers it "
+                             "beside single, spray and adaptive")
     p.add_argument("--port", type=port_or_any, default=8080,
                    help="HTTP port (default: %(default)s; 0 = any free port)")
     p.add_argument("--host", default="127.0.0.1",
@@ -95,15 +98,16 @@ def build_backend(args: argparse.Namespace):
     topo = parse_spec(args.topo)
     if len(topo.hosts) < 2:
         raise LiveError(f"{args.topo} has {len(topo.hosts)} host(s); the workload needs at least two")
+    policy = args.path_policy or args.policy
     if args.fake:
         from experiments.live.backend import FakeBackend
 
-        return FakeBackend(topo, mode=args.mode, policy=args.policy, workload=args.workload, seed=args.seed)
+        return FakeBackend(topo, mode=args.mode, policy=policy, workload=args.workload, seed=args.seed)
     from emulator.system import capabilities, require_ready
     from experiments.live.backend import FabricBackend
 
     require_ready(capabilities())  # root, Open vSwitch, ...: one line with the fix, before serving anything
-    return FabricBackend(topo, mode=args.mode, policy=args.policy, workload=args.workload, seed=args.seed)
+    return FabricBackend(topo, mode=args.mode, policy=policy, workload=args.workload, seed=args.seed)
 
 
 def cmd_live(args: argparse.Namespace) -> int:

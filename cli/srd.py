@@ -52,6 +52,7 @@ from transport.endpoint import (
     resolve,
     write_json,
 )
+from transport.policy_plugin import add_path_policy_argument
 
 USER_ERRORS: tuple[type[BaseException], ...] = (EndpointError, ConfigError)
 
@@ -201,6 +202,7 @@ def _register_send(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--policy", choices=PATH_POLICIES, default="spray",
                    help="path (EV) choice: one path, spray over all EVs (default), or adaptive spraying "
                    "that avoids EVs with loss or high delay")
+    add_path_policy_argument(t)
     t.add_argument("--evs", type=positive_int, default=16, metavar="N",
                    help="number of entropy values = source ports used (default 16)")
     t.add_argument("--base-port", type=port_or_any, default=DEFAULT_BASE_PORT, metavar="P",
@@ -378,7 +380,8 @@ def _cmd_send(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
     if args.mtu == "auto":
         extra["mtu"] = path_datagram_size(host, port)
-    config = _config(args, path_policy=args.policy, num_evs=args.evs, cc=args.cc, window=args.window, **extra)
+    config = _config(args, path_policy=args.path_policy or args.policy,
+                     num_evs=args.evs, cc=args.cc, window=args.window, **extra)
     sender = Sender(
         config,
         host,

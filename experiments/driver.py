@@ -12,6 +12,7 @@ from typing import Any
 
 from experiments import analysis, arms, catalogue, plots, report, results
 from experiments.model import Experiment
+from experiments.policy_arm import fault_sentences
 from experiments.runner import Reporter, RunOutcome, run_experiment
 from topologies import Topology, parse_spec
 
@@ -78,7 +79,7 @@ def sentences_for(doc: dict[str, Any]) -> list[str]:
     if entry is None or "error" in doc.get("analysis", {}):
         return []
     try:
-        return entry.sentences(doc)
+        return entry.sentences(doc) + fault_sentences(doc)
     except Exception as exc:
         log.warning("summary sentences for %s failed: %s", doc["experiment"], exc)
         return []

@@ -23,7 +23,7 @@ from transport.config import TransportConfig
 from transport.congestion import make_cc
 from transport.events import Event, MessageAcked, MessageReceived
 from transport.metrics import Stats
-from transport.paths import make_policy
+from transport.paths import PathPolicy, make_policy
 from transport.recovery import Pacer, RttEstimator, SentPacket, reorder_allowance, rto
 from transport.wire import (
     ACK_LEN,
@@ -202,6 +202,11 @@ class Connection:
         self._ack_arrival = 0.0
 
     # ------------------------------------------------------------------ API
+
+    @property
+    def path_policy(self) -> PathPolicy:
+        """The policy choosing this connection's EVs (a plug-in's guard has a `fault`)."""
+        return self._policy
 
     @property
     def max_message_size(self) -> int:
@@ -442,6 +447,8 @@ class Connection:
             "cc": self._cc.state(),
             "path_policy": self._policy.state(),
         }
+        # A plug-in policy's first fault (transport.policy_plugin; its state() may be the one), or None.
+        m["path_policy_fault"] = getattr(self._policy, "fault", None)
         return m
 
     # ------------------------------------------------------------------ sender

@@ -106,6 +106,7 @@ class ConnectionMetrics(TypedDict):
     connection_id: int
     config: dict[str, Any]  # TransportConfig.to_dict()
     state: ConnectionState
+    path_policy_fault: str | None  # a plug-in policy's first fault (transport.policy_plugin), else None
 
 
 # --------------------------------------------------------------------------------------------------

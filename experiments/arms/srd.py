@@ -10,6 +10,7 @@ from experiments.arms import base
 from transport import command_line
 from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
 from transport.headers import datagram_size_for_mtu
+from transport.policy_plugin import sender_args
 from transport.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics
 
 
@@ -40,7 +41,7 @@ class Srd(base.ArmKind):
             ready.append(base.ready_file(ctx, f"send-{i}"))
             # EV e of the flow leaving its host i-th leaves from base + 16 i + e: ECMP sees other ports.
             cmd = command_line(
-                "srd", "send", "--to", f"{ctx.fab.ip(f.dst)}:{DEFAULT_PORT}", "--policy", arm.policy,
+                "srd", "send", "--to", f"{ctx.fab.ip(f.dst)}:{DEFAULT_PORT}", *sender_args(arm.policy),
                 "--seed", str(ctx.seed * 1000 + i), "--base-port", str(DEFAULT_BASE_PORT + 16 * f.index),
                 "--hold", "--ready-file", str(ready[-1]), "--size", str(w.message_size),
                 "--json-out", str(ctx.raw_dir / f"send-{i}-{f.src}-{f.dst}.json"), *common)
@@ -102,6 +103,7 @@ class Srd(base.ArmKind):
                 "socket_drops": (sender.get("socket_drops") or 0),
                 "series_bps": base.rounded_series(series),
                 "mtu": (sender.get("config") or {}).get("mtu"),
+                "path_policy_fault": conn.get("path_policy_fault"),
                 "message_size": (sender.get("workload") or {}).get("size"),
             })
         if flows:

@@ -28,6 +28,7 @@ from experiments.live.layout import natural_key
 from topologies import Topology
 from transport import command_line
 from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
+from transport.policy_plugin import sender_args
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,8 @@ class Workload:
         procs = []
         if self.kind == "permutation":
             for i, (src, dst) in enumerate(self.pairs):
-                cmd = command_line("srd", "send", "--to", f"{self.fab.ip(dst)}:{DEFAULT_PORT}", "--policy", self.policy,
+                cmd = command_line("srd", "send", "--to", f"{self.fab.ip(dst)}:{DEFAULT_PORT}",
+                                   *sender_args(self.policy),
                                    "--seed", str(self.seed * 1000 + i), "--base-port", str(DEFAULT_BASE_PORT + 16 * i),
                                    "--size", str(MESSAGE_SIZE), "--duration", str(FOREVER_S))
                 procs.append(self._popen(src, "sender", cmd))
@@ -145,7 +147,7 @@ class Workload:
             for r, h in enumerate(ranks):
                 cmd = command_line("allreduce", "--rank", str(r), "--peers", peers,
                                    "--size", str(ALLREDUCE_ELEMENTS), "--iterations", str(ALLREDUCE_ITERATIONS),
-                                   "--policy", self.policy, "--seed", str(self.seed), "--timeout", "60",
+                                   *sender_args(self.policy), "--seed", str(self.seed), "--timeout", "60",
                                    "--link-rate-mbps", f"{host_rate:g}")
                 procs.append(self._popen(h, "worker", cmd))
         with self._lock:
