@@ -30,11 +30,13 @@ EXPERIMENT = "loss-recovery"
 
 # Thresholds for a measured run, with margin over what the default run gives (at 1 % loss go-back-N
 # resent 6x as many packets per packet delivered as selective repeat, at 5 % 6x; at 5 % selective repeat
-# kept 99 % of its lossless goodput and carried 1.5x go-back-N's, whose slowest messages took 2.2x as long).
+# kept 99 % of its lossless goodput and carried 1.3-1.5x go-back-N's, whose median message took 1.33x as
+# long). The median, not the p99: a 5 s run completes a few hundred messages, so its p99 rests on a handful
+# of them and ranged from 1.15x to 2.2x between runs.
 RETX_RATIO = 2.0
 SELECTIVE_KEEPS = 0.8
 SELECTIVE_OVER_GOBACKN = 1.2
-TAIL_RATIO = 1.2
+MEDIAN_RATIO = 1.1
 
 
 def check(target: Path) -> list[grading.Check]:
@@ -156,9 +158,9 @@ def check_results(doc: dict[str, Any]) -> list[grading.Check]:
         grading.at_least("selective repeat beats go-back-N", sel5, SELECTIVE_OVER_GOBACKN * gbn5,
                          f"selective repeat's goodput at 5 % loss in Mb/s (go-back-N's: {gbn5:.3g}; bound 1.2x it)"),
     ]
-    sel_tail, gbn_tail = arms["selective@5%"]["completion_p99_s"], arms["gobackn@5%"]["completion_p99_s"]
+    sel_med, gbn_med = arms["selective@5%"]["completion_p50_s"], arms["gobackn@5%"]["completion_p50_s"]
     checks.append(grading.at_least(
-        "go-back-N's slowest messages wait longest", gbn_tail, TAIL_RATIO * (sel_tail or 0),
-        f"go-back-N's p99 message completion at 5 % loss in s (selective repeat's: "
-        f"{sel_tail if sel_tail is not None else float('nan'):.3g}; bound 1.2x it)"))
+        "go-back-N's messages wait longer", gbn_med, MEDIAN_RATIO * (sel_med or 0),
+        f"go-back-N's median message completion at 5 % loss in s (selective repeat's: "
+        f"{sel_med if sel_med is not None else float('nan'):.3g}; bound 1.1x it)"))
     return checks
