@@ -329,9 +329,9 @@ class Connection:
                 st.drop("ack_unsent")
                 return
         st.acks_received += 1
-        newly = recovery.on_ack(
-            cum, base, sack_bitmap, una + psn_diff(ack_psn, ref), echo_ts, ack_delay, bool(flags & FLAG_NAK), now,
-        )
+        # An ACK usually answers the packet just below its cumulative point.
+        ack_seq = cum - 1 if (ack_psn + 1) & PSN_MASK == cum_psn else una + psn_diff(ack_psn, ref)
+        newly = recovery.on_ack(cum, base, sack_bitmap, ack_seq, echo_ts, ack_delay, flags & FLAG_NAK != 0, now)
         # The receiver's window ends at a fixed distance from the start of the message it is
         # reassembling, so the end only moves forward; reordered ACKs cannot shrink it.
         limit = cum + (rwnd if rwnd < self._window_psns else self._window_psns)

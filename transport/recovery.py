@@ -110,13 +110,16 @@ class RttEstimator:
 
     def update(self, rtt: float) -> None:
         self.latest = rtt
-        self.min_rtt = rtt if self.min_rtt is None else min(self.min_rtt, rtt)
-        if self.srtt is None:
-            self.srtt = rtt
+        srtt = self.srtt
+        if srtt is None:
+            self.min_rtt = self.srtt = rtt
             self.rttvar = rtt / 2
         else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+            min_rtt = self.min_rtt
+            if min_rtt is None or rtt < min_rtt:
+                self.min_rtt = rtt
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(srtt - rtt)
+            self.srtt = 0.875 * srtt + 0.125 * rtt
 
 
 @dataclass(slots=True)
@@ -281,7 +284,7 @@ class LossRecovery:
                         est = self._ev_rtt[ev] = RttEstimator()
                     est.update(rtt)
                     st.rtt.append(rtt)
-                    st.ev(ev).rtt.append(rtt)
+                    (st.per_ev.get(ev) or st.ev(ev)).rtt.append(rtt)
                     self._policy.on_ack(ev, rtt, now)
                 delivered = trig.seq not in sent
                 if delivered and match < n_tx - 1 and not trig.spurious:
@@ -295,7 +298,27 @@ class LossRecovery:
 
         if newly:
             self._last_progress = now
-            self._on_delivered(newly, now)
+            per_ev = st.per_ev
+            inflight_pop = self.inflight.pop
+            retired = self._retired
+            rack = self._rack_order
+            for rec in newly:
+                inflight_pop(rec.seq, None)
+                rec.lost = False
+                (per_ev.get(rec.ev) or st.ev(rec.ev)).acked += 1
+                if rec.tx is None:
+                    if rec.tx_order > rack:
+                        rack = rec.tx_order
+                else:
+                    # Retransmitted: remembered a while, for echoes of an earlier copy (above).
+                    retired[rec.seq] = rec
+                    if len(retired) > _RETIRED_MAX:
+                        retired.popitem(last=False)
+                if rec.lost_time is not None:
+                    st.recovery.append(now - rec.lost_time)
+            if rack > self._rack_order:
+                self._rack_order = rack
+                self._rack_dirty = True
             if self._backoff:
                 self._backoff = 0
                 self._rto_value = None
@@ -318,28 +341,6 @@ class LossRecovery:
         elif self._loss_time is not None and now >= self._loss_time:
             self.detect_lost(now)
         return newly
-
-    def _on_delivered(self, newly: list[SentPacket], now: float) -> None:
-        st = self._stats
-        per_ev = st.per_ev
-        inflight_pop = self.inflight.pop
-        rack = self._rack_order
-        for rec in newly:
-            inflight_pop(rec.seq, None)
-            rec.lost = False
-            (per_ev.get(rec.ev) or st.ev(rec.ev)).acked += 1
-            if rec.tx is None:
-                if rec.tx_order > rack:
-                    rack = rec.tx_order
-            else:
-                self._retired[rec.seq] = rec
-                if len(self._retired) > _RETIRED_MAX:
-                    self._retired.popitem(last=False)
-            if rec.lost_time is not None:
-                st.recovery.append(now - rec.lost_time)
-        if rack > self._rack_order:
-            self._rack_order = rack
-            self._rack_dirty = True
 
     def _on_spurious(self, now: float) -> None:
         """A retransmission was unnecessary: undo the window decrease it caused, and widen the

@@ -128,8 +128,7 @@ def psn_add(psn: int, n: int) -> int:
 
 def psn_diff(a: int, b: int) -> int:
     """Signed distance ``a - b`` in serial-number arithmetic (RFC 1982), in [-2^31, 2^31)."""
-    d = (a - b) & PSN_MASK
-    return d - (1 << PSN_BITS) if d >= _PSN_HALF else d
+    return ((a - b + _PSN_HALF) & PSN_MASK) - _PSN_HALF
 
 
 def psn_lt(a: int, b: int) -> bool:
@@ -224,7 +223,8 @@ def pack_ack(
 def parse_data(data: bytes) -> tuple[int, int, int, int, int, int, int, int, bytes, int]:
     """The fields of a DATA datagram in DataPacket's order (conn_id, psn, msg_id, frag_index,
     frag_count, msg_len, timestamp, ev, payload, flags), validated; raises WireError naming the problem."""
-    if len(data) >= DATA_HEADER_LEN:
+    n = len(data)
+    if n >= DATA_HEADER_LEN:
         (magic, version, ptype, flags, ev, cid, psn, msg_id, idx, count, msg_len, ts, plen,
          crc) = _unpack_data(data)
         payload = bytes(data[DATA_HEADER_LEN:])
@@ -232,7 +232,7 @@ def parse_data(data: bytes) -> tuple[int, int, int, int, int, int, int, int, byt
             magic == MAGIC
             and version == VERSION
             and ptype == TYPE_DATA
-            and plen == len(payload)
+            and plen == n - DATA_HEADER_LEN
             and _crc32(payload, _crc32(data[:_DATA_CRC_AT])) == crc
             and idx < count
             and plen <= msg_len
