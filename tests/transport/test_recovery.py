@@ -87,6 +87,23 @@ class Harness:
         self.now = t
         self.r.on_timeout(t)
 
+    def overtake(self, gap: float = 0.001, delay_us: int = 0) -> tuple[int, float, int]:
+        """Send packet n on EV 0 and n + 1 on EV 1; ``gap`` later only n + 1 is acknowledged.
+        Returns n, when it was sent and its wire timestamp."""
+        n = self.r.next_seq
+        sent = self.send(n, ev=0)
+        self.send(n + 1, ev=1)
+        self.now += gap
+        assert self.ack(n, n + 1, sacked=(n + 1,), delay_us=delay_us) == [n + 1]
+        return n, sent.sent_time, sent.ts
+
+    def overtake_and_resend(self) -> tuple[int, int]:
+        """``overtake()``, then wait until packet n is declared lost and resend it."""
+        n, _, original = self.overtake()
+        self.fire()
+        assert self.resend_lost() == [n]
+        return n, original
+
 
 def _sample(h: Harness, rtt: float) -> None:
     """One RTT sample of ``rtt``: a packet sent now and acknowledged ``rtt`` later."""
@@ -206,11 +223,7 @@ def _allowance(h: Harness, est: RttEstimator, scale: float = 1.0) -> float:
 def test_overtaken_packet_is_lost_only_after_its_evs_reordering_allowance() -> None:
     h = Harness(rto_min=1.0)
     _sample(h, 0.002)  # EV 0
-    h.send(1, ev=0)
-    sent_at = h.now
-    h.send(2, ev=1)
-    h.now += 0.001
-    assert h.ack(1, 2, sacked=(2,)) == [2]  # 2 overtook 1
+    n, sent_at, _ = h.overtake()
     deadline = sent_at + _allowance(h, h.r._ev_rtt[0])
     assert h.r.loss_time() == pytest.approx(deadline)
     assert h.stats.losses_detected == 0
@@ -218,7 +231,7 @@ def test_overtaken_packet_is_lost_only_after_its_evs_reordering_allowance() -> N
     h.r.on_timeout(h.now)
     assert h.stats.losses_detected == 0
     h.fire()
-    assert h.r.lost_packet() is h.records[1] and h.stats.losses_detected == 1
+    assert h.r.lost_packet() is h.records[n] and h.stats.losses_detected == 1
     assert h.policy.named("loss") == [(0, h.now)]
     # The loss is reported with the share of the window that was on the EV that lost: all of it.
     assert h.cc.named("loss") == [(h.now, 1.0)]
@@ -237,11 +250,7 @@ def test_packets_not_overtaken_are_never_declared_lost_by_rack() -> None:
 def test_peer_ack_delay_extends_the_allowance() -> None:
     h = Harness(rto_min=1.0)
     _sample(h, 0.002)
-    h.send(1, ev=0)
-    sent_at = h.now
-    h.send(2, ev=1)
-    h.now += 0.001
-    h.ack(1, 2, sacked=(2,), delay_us=3000)
+    _, sent_at, _ = h.overtake(delay_us=3000)
     assert h.r.loss_time() == pytest.approx(sent_at + _allowance(h, h.r._ev_rtt[0]) + 0.003)
 
 
@@ -257,12 +266,7 @@ def test_rack_deadline_is_srtt_times_one_plus_window_plus_two_rttvar(
     h = Harness(rto_min=10.0, rto_max=10.0, reorder_window=window)
     for rtt in rtts:
         _sample(h, rtt)
-    seq = h.r.next_seq
-    h.send(seq, ev=0)
-    sent_at = h.now
-    h.send(seq + 1, ev=1)
-    h.now += late
-    h.ack(seq, seq + 1, sacked=(seq + 1,))
+    _, sent_at, _ = h.overtake(gap=late)
     deadline = sent_at + _allowance(h, h.r._ev_rtt[0])
     lost = h.stats.losses_detected == 1
     assert lost == (h.now >= deadline)
@@ -274,15 +278,8 @@ def test_rack_deadline_is_srtt_times_one_plus_window_plus_two_rttvar(
 
 
 def _spurious_episode(h: Harness) -> None:
-    """Packet ``n`` is overtaken, declared lost and resent; then the original's echo arrives."""
-    n = h.r.next_seq
-    h.send(n, ev=0)
-    original = h.ts()
-    h.send(n + 1, ev=1)
-    h.now += 0.001
-    h.ack(n, n + 1, sacked=(n + 1,))
-    h.fire()
-    assert h.resend_lost() == [n]
+    """Packet n is overtaken, declared lost and resent; then the original's echo arrives."""
+    n, original = h.overtake_and_resend()
     h.now += 0.0005
     assert h.ack(n + 2, n, echo=original) == [n]
 
@@ -295,12 +292,7 @@ def test_spurious_retransmission_is_counted_undone_and_widens_the_reordering_all
     assert len(h.cc.named("spurious")) == 1
     assert h.r._reorder_scale == 2.0
     # The next overtaken packet gets twice the reordering window.
-    n = h.r.next_seq
-    h.send(n, ev=0)
-    sent_at = h.now
-    h.send(n + 1, ev=1)
-    h.now += 0.0001
-    h.ack(n, n + 1, sacked=(n + 1,))
+    _, sent_at, _ = h.overtake(gap=0.0001)
     assert h.r.loss_time() == pytest.approx(sent_at + _allowance(h, h.r._ev_rtt[0], scale=2.0))
 
 
@@ -311,23 +303,14 @@ def test_the_widened_allowance_halves_again_after_a_quiet_spell() -> None:
         _spurious_episode(h)
     assert h.r._reorder_scale == 8.0
     h.now += 17 * h.rtt.srtt  # type: ignore[operator]
-    n = h.r.next_seq
-    h.send(n, ev=0)
-    h.send(n + 1, ev=1)
-    h.ack(n, n + 1, sacked=(n + 1,))
+    h.overtake(gap=0.0)
     assert h.r._reorder_scale == 4.0
 
 
 def test_a_late_echo_of_the_retransmission_itself_is_not_spurious() -> None:
     h = Harness(rto_min=1.0)
     _sample(h, 0.002)
-    n = h.r.next_seq
-    h.send(n, ev=0)
-    h.send(n + 1, ev=1)
-    h.now += 0.001
-    h.ack(n, n + 1, sacked=(n + 1,))
-    h.fire()
-    h.resend_lost()
+    n, _ = h.overtake_and_resend()
     h.now += 0.001
     assert h.ack(n + 2, n) == [n]  # echoes the retransmission's timestamp
     assert h.stats.spurious_retransmissions == 0 and not h.cc.named("spurious")
@@ -337,14 +320,7 @@ def test_spurious_check_still_works_after_the_packet_was_acknowledged() -> None:
     # The retransmission is acknowledged first; the original's echo comes in a later ACK.
     h = Harness(rto_min=1.0)
     _sample(h, 0.002)
-    n = h.r.next_seq
-    h.send(n, ev=0)
-    original = h.ts()
-    h.send(n + 1, ev=1)
-    h.now += 0.001
-    h.ack(n, n + 1, sacked=(n + 1,))
-    h.fire()
-    h.resend_lost()
+    n, original = h.overtake_and_resend()
     h.now += 0.001
     assert h.ack(n + 2, n) == [n]
     assert h.ack(n + 2, n, echo=original) == []
