@@ -10,6 +10,7 @@ A controller built alone keeps its own and updates it in ``on_ack``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from transport.recovery import RttEstimator
@@ -33,6 +34,15 @@ class CongestionControl(Protocol):
     def on_spurious(self, now: float) -> None: ...
 
     def state(self) -> dict: ...
+
+
+@dataclass(slots=True)
+class Pacer:
+    """When the next paced transmission is due; the connection's send loop advances it, banking up
+    to ``burst`` packet intervals of idle time."""
+
+    burst: int = 4
+    next_time: float = float("-inf")
 
 
 class _WindowControl:

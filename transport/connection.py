@@ -20,12 +20,12 @@ import random
 from collections import deque
 
 from transport.config import TransportConfig
-from transport.congestion import make_cc
+from transport.congestion import Pacer, make_cc
 from transport.events import Event, MessageAcked, MessageReceived
 from transport.metrics import Stats
 from transport.paths import make_policy
 from transport.reassembly import Reassembler
-from transport.recovery import LossRecovery, Pacer, RttEstimator, SentPacket
+from transport.recovery import LossRecovery, RttEstimator, SentPacket
 from transport.wire import (
     FLAG_NAK,
     FLAG_RETRANSMIT,
