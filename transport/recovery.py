@@ -54,21 +54,8 @@ class SentPacket:
     """
 
     __slots__ = (
-        "ev",
-        "frag_count",
-        "frag_index",
-        "lost",
-        "lost_time",
-        "msg",
-        "msg_id",
-        "msg_len",
-        "payload",
-        "sent_time",
-        "seq",
-        "spurious",
-        "ts",
-        "tx",
-        "tx_order",
+        "ev", "frag_count", "frag_index", "lost", "lost_time", "msg", "msg_id", "msg_len", "payload", "sent_time",
+        "seq", "spurious", "ts", "tx", "tx_order",
     )
 
     def __init__(
@@ -120,6 +107,16 @@ class RttEstimator:
                 self.min_rtt = rtt
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(srtt - rtt)
             self.srtt = 0.875 * srtt + 0.125 * rtt
+
+
+def rto(est: RttEstimator, initial_rtt: float, rto_min: float, rto_max: float, backoff: int) -> float:
+    """Retransmission timeout: srtt + 4 rttvar but at least 2 srtt and rto_min (3 initial_rtt before
+    the first sample), doubled per consecutive timeout, at most rto_max. The 2 srtt term keeps a
+    queue building up faster than the variance estimator follows (delay-based CC probing) from
+    firing spurious timeouts."""
+    srtt = est.srtt
+    base = 3 * initial_rtt if srtt is None else max(srtt + 4 * est.rttvar, 2 * srtt)
+    return min(rto_max, max(rto_min, base) * (2 ** min(backoff, 16)))
 
 
 class LossRecovery:
@@ -447,16 +444,12 @@ class LossRecovery:
             self._on_rto(now)
 
     def rto(self) -> float:
-        """Retransmission timeout: srtt + 4 rttvar but at least 2 srtt and rto_min, doubled per
-        consecutive timeout. The 2 srtt term keeps a queue building up faster than the variance
-        estimator follows (delay-based CC probing) from firing spurious timeouts."""
+        """The retransmission timeout for the current estimate and backoff (see ``rto()``)."""
         # Asked for on every loss_time(), but it only changes with an RTT sample or the backoff.
         value = self._rto_value
         if value is None:
             c = self.config
-            srtt = self.rtt.srtt
-            base = 3 * c.initial_rtt if srtt is None else max(srtt + 4 * self.rtt.rttvar, 2 * srtt)
-            value = self._rto_value = min(c.rto_max, max(c.rto_min, base) * (2 ** min(self._backoff, 16)))
+            value = self._rto_value = rto(self.rtt, c.initial_rtt, c.rto_min, c.rto_max, self._backoff)
         return value
 
     def _rto_deadline(self) -> float:

@@ -99,19 +99,21 @@ def read_ev(data: bytes) -> int:
     return data[EV_OFFSET] << 8 | data[EV_OFFSET + 1]
 
 
-_DATA = struct.Struct("!" + "".join(code for _, code, _ in DATA_FIELDS))
-_ACK = struct.Struct("!" + "".join(code for _, code, _ in ACK_FIELDS))
+# Every field of each header, CRC included, in table order: for tools that read header fields as
+# they are, without the checks parse_data() / parse_ack() make.
+DATA_STRUCT = struct.Struct("!" + "".join(code for _, code, _ in DATA_FIELDS))
+ACK_STRUCT = struct.Struct("!" + "".join(code for _, code, _ in ACK_FIELDS))
 # Everything but the trailing CRC, which is appended after being computed over these bytes.
-_pack_data_head = struct.Struct(_DATA.format[:-1]).pack
-_pack_ack_head = struct.Struct(_ACK.format[:-1]).pack
+_pack_data_head = struct.Struct(DATA_STRUCT.format[:-1]).pack
+_pack_ack_head = struct.Struct(ACK_STRUCT.format[:-1]).pack
 _pack_crc = struct.Struct("!I").pack
-_unpack_data = _DATA.unpack_from
-_unpack_ack = _ACK.unpack_from
+_unpack_data = DATA_STRUCT.unpack_from
+_unpack_ack = ACK_STRUCT.unpack_from
 _crc32 = zlib.crc32
 
 COMMON_LEN = _COMMON.size
-DATA_HEADER_LEN = _DATA.size
-ACK_LEN = _ACK.size
+DATA_HEADER_LEN = DATA_STRUCT.size
+ACK_LEN = ACK_STRUCT.size
 MAX_PAYLOAD = 0xFFFF
 _DATA_CRC_AT = DATA_HEADER_LEN - 4
 _ACK_CRC_AT = ACK_LEN - 4

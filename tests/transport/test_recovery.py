@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from transport.config import TransportConfig
 from transport.metrics import Stats
-from transport.recovery import LossRecovery, RttEstimator, SentPacket
+from transport.recovery import LossRecovery, RttEstimator, SentPacket, rto
 
 
 class Recorder:
@@ -167,6 +167,8 @@ def test_rto_backs_off_per_timeout_and_resets_on_new_acknowledgement() -> None:
     h.resend_lost()
     h.fire()
     assert h.r.rto() == pytest.approx(4 * base) and h.stats.timeouts == 2
+    c = h.config
+    assert h.r.rto() == rto(h.rtt, c.initial_rtt, c.rto_min, c.rto_max, 2)  # the one rule, backed off twice
     h.resend_lost()
     h.now += 0.001
     assert h.ack(2, 1) == [1]
