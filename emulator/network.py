@@ -53,8 +53,13 @@ def _host_runner(node: Any, cmd: list[str]) -> tuple[int, str]:
     return code, out + err
 
 
-class _Terminated(BaseException):
+class Terminated(BaseException):
     """Raised from the SIGTERM handler so that teardown runs as for Ctrl-C."""
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    """A SIGTERM handler: `signal.signal(signal.SIGTERM, raise_terminated)`, then catch Terminated."""
+    raise Terminated()
 
 
 @dataclass
@@ -94,11 +99,8 @@ class Fabric:
         self.stop()
 
     def _install_signal_handlers(self) -> None:
-        def on_term(signum: int, frame: object) -> None:
-            raise _Terminated()
-
         try:
-            self._old_handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, on_term)
+            self._old_handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, raise_terminated)
         except ValueError:  # not the main thread: the caller handles signals
             pass
 

@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from topologies import Link, Topology, next_hops
-from transport.wire import ACK_LEN, DATA_HEADER_LEN
+from transport.headers import ACK_FRAME, DATA_WIRE_OVERHEAD, ETHERNET_HEADER, IPV4_HEADER
+from transport.metrics import percentile
+from transport.wire import DATA_HEADER_LEN
 
 # A directed link: (link name, the node the bytes leave from).
 Hop = tuple[str, str]
@@ -73,6 +75,11 @@ def _group_label(topo: Topology) -> str | None:
         if any(label in h.labels for h in topo.hosts):
             return label
     return None
+
+
+def host_rate_mbps(topo: Topology) -> float:
+    """The slowest host link's rate: what every host can send at (flow sizes, all-reduce's bound)."""
+    return min(lk.rate_mbps for h in topo.hosts for lk in topo.links_of(h.name))
 
 
 def path_weights(topo: Topology, src: str, dst: str, spray: bool = True,
@@ -241,8 +248,8 @@ def ecmp_expectation(topo: Topology, pairs: Sequence[tuple[str, str]], trials: i
     return EcmpExpectation(
         trials=trials,
         expected_goodput_bps=float(g.mean()) if g.size else 0.0,
-        goodput_p10_bps=float(np.percentile(g, 10)) if g.size else 0.0,
-        goodput_p90_bps=float(np.percentile(g, 90)) if g.size else 0.0,
+        goodput_p10_bps=percentile(goodputs, 10) or 0.0,
+        goodput_p90_bps=percentile(goodputs, 90) or 0.0,
         ideal_bps=ideal,
         expected_fraction=float(g.mean() / ideal) if ideal > 0 and g.size else 0.0,
         expected_max_load=float(np.mean(max_loads)) if max_loads else 0.0,
@@ -288,6 +295,19 @@ def window_bytes(samples: Sequence[dict[str, Any]]) -> tuple[float, dict[Hop, in
         npkts[(name, lk["a"])] = max(0, lk.get("tx_packets", 0) - f.get("tx_packets", 0))
         npkts[(name, lk["b"])] = max(0, lk.get("rx_packets", 0) - f.get("rx_packets", 0))
     return secs, nbytes, npkts
+
+
+def path_share(arm: dict[str, Any], leaf: str) -> dict[str, Any]:
+    """Share of `leaf`'s uplink traffic on each spine, per link sample of a results arm
+    ({"t": [...], "share": {"leaf1->spine1": [...], ...}}; empty without such uplinks)."""
+    ls = arm.get("link_series") or {}
+    ups = {k: v for k, v in ls.get("util", {}).items() if k.startswith(f"{leaf}->spine")}
+    if not ups:
+        return {}
+    arr = np.array(list(ups.values()))
+    tot = arr.sum(axis=0)
+    share = np.divide(arr, tot, out=np.zeros_like(arr), where=tot > 0)
+    return {"t": ls["t"], "share": {k: [round(float(x), 3) for x in row] for k, row in zip(ups, share, strict=True)}}
 
 
 @dataclass
@@ -387,13 +407,6 @@ def fidelity_verdict(idle: Iterable[float], switch_pps: float, drops_outside: in
     )
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return None
-    return float(np.percentile(np.asarray(vals, dtype=float), q))
-
-
 def time_to_recover(times: Sequence[float], rates: Sequence[float], fault_t: float, baseline: float,
                     threshold: float = 0.9) -> float | None:
     """Seconds after `fault_t` until the rate is back to `threshold` x baseline and stays there for
@@ -406,6 +419,24 @@ def time_to_recover(times: Sequence[float], rates: Sequence[float], fault_t: flo
     return None
 
 
+def flow_recovery(series: list[float], bin_s: float, fault_t: float, smooth: int = 2) -> dict[str, Any]:
+    """A flow's goodput series around a fault: its baseline before, whether the fault hit it (its rate
+    fell under 90 % of the baseline within half a second) and its time back to 90 % of the baseline."""
+    x = np.asarray(series, dtype=float)
+    if x.size == 0:
+        return {"hit": False, "recovery_s": None, "baseline_bps": None}
+    k = max(1, smooth)
+    sm = np.convolve(x, np.ones(k) / k, mode="same")
+    i0 = round(fault_t / bin_s)
+    pre = sm[max(1, i0 - int(1.5 / bin_s)): max(1, i0 - 1)]
+    base = float(np.mean(pre)) if pre.size else 0.0
+    times = [i * bin_s for i in range(sm.size)]
+    post = sm[i0: i0 + max(2, int(0.5 / bin_s))]
+    hit = base > 0 and post.size > 0 and float(post.min()) < 0.9 * base
+    rec = time_to_recover(times, list(sm), fault_t, base) if hit else 0.0
+    return {"hit": bool(hit), "recovery_s": rec, "baseline_bps": base}
+
+
 # --------------------------------------------------------------------------------------------------
 # Flow completion time against the ideal: the slowdown htsim and ns-3 report
 #
@@ -413,12 +444,10 @@ def time_to_recover(times: Sequence[float], rates: Sequence[float], fault_t: flo
 # the wire are the flow's payload plus every packet's headers as a shaped link counts them (HTB counts
 # the Ethernet header, not the preamble, FCS or inter-frame gap).
 
-ETHERNET_HEADER = 14
-UDP_IP_HEADERS = 8 + 20
 # Linux's TCP over a 1500-byte MTU: 1448 payload bytes per segment (timestamps on), 66 bytes of headers.
 TCP_PMTU = 1500
 TCP_MSS = 1448
-TCP_ACK_FRAME = 20 + 32 + ETHERNET_HEADER
+TCP_ACK_FRAME = IPV4_HEADER + 32 + ETHERNET_HEADER
 
 
 @dataclass(frozen=True)
@@ -435,9 +464,9 @@ class Framing:
 
 def srd_framing(mtu: int = 1400, message_size: int = 65536) -> Framing:
     """The transport's DATA datagrams: `mtu` bytes of UDP payload including its own 42-byte header, cut
-    per message, plus UDP, IPv4 and Ethernet: 84 bytes of overhead per packet (runner.WIRE_OVERHEAD)."""
-    return Framing(payload=mtu - DATA_HEADER_LEN, overhead=DATA_HEADER_LEN + UDP_IP_HEADERS + ETHERNET_HEADER,
-                   message=message_size, ack=ACK_LEN + UDP_IP_HEADERS + ETHERNET_HEADER)
+    per message, plus UDP, IPv4 and Ethernet: 84 bytes of overhead per packet
+    (transport.headers.DATA_WIRE_OVERHEAD)."""
+    return Framing(payload=mtu - DATA_HEADER_LEN, overhead=DATA_WIRE_OVERHEAD, message=message_size, ack=ACK_FRAME)
 
 
 def tcp_framing(mss: int = TCP_MSS, pmtu: int = TCP_PMTU) -> Framing:

@@ -9,7 +9,7 @@ records CPU idle and says when that did not hold).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,6 +18,7 @@ import numpy as np
 from experiments import analysis
 from experiments.model import Arm, Experiment, Fault, Workload
 from topologies import Topology
+from transport.metrics import percentile
 
 
 @dataclass(frozen=True)
@@ -287,23 +288,11 @@ def build_hot_link() -> Experiment:
     )
 
 
-def path_share(arm: dict[str, Any], leaf: str) -> dict[str, Any]:
-    """Share of `leaf`'s uplink traffic on each spine, per link sample."""
-    ls = arm.get("link_series") or {}
-    ups = {k: v for k, v in ls.get("util", {}).items() if k.startswith(f"{leaf}->spine")}
-    if not ups:
-        return {}
-    arr = np.array(list(ups.values()))
-    tot = arr.sum(axis=0)
-    share = np.divide(arr, tot, out=np.zeros_like(arr), where=tot > 0)
-    return {"t": ls["t"], "share": {k: [round(float(x), 3) for x in row] for k, row in zip(ups, share, strict=True)}}
-
-
 def analyse_hot_link(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
     leaf, spine = doc.get("extra", {}).get("hot_link", ["leaf1", "spine1"])
     out: dict[str, Any] = {"hot_link": f"{leaf}-{spine}", "share_after_fault": {}}
     for a in _ok(doc["arms"]):
-        ps = path_share(a, leaf)
+        ps = analysis.path_share(a, leaf)
         a["path_share"] = ps
         fault_t = a["faults"][0]["at_s"] if a.get("faults") else 0.0
         key = f"{leaf}->{spine}"
@@ -359,23 +348,6 @@ def build_failover() -> Experiment:
     )
 
 
-def flow_recovery(series: list[float], bin_s: float, fault_t: float, smooth: int = 2) -> dict[str, Any]:
-    """Baseline before the fault, whether the flow was hit, and its time back to 90 % of baseline."""
-    x = np.asarray(series, dtype=float)
-    if x.size == 0:
-        return {"hit": False, "recovery_s": None, "baseline_bps": None}
-    k = max(1, smooth)
-    sm = np.convolve(x, np.ones(k) / k, mode="same")
-    i0 = round(fault_t / bin_s)
-    pre = sm[max(1, i0 - int(1.5 / bin_s)): max(1, i0 - 1)]
-    base = float(np.mean(pre)) if pre.size else 0.0
-    times = [i * bin_s for i in range(sm.size)]
-    post = sm[i0: i0 + max(2, int(0.5 / bin_s))]
-    hit = base > 0 and post.size > 0 and float(post.min()) < 0.9 * base
-    rec = analysis.time_to_recover(times, list(sm), fault_t, base) if hit else 0.0
-    return {"hit": bool(hit), "recovery_s": rec, "baseline_bps": base}
-
-
 def analyse_failover(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
     out: dict[str, Any] = {"recovery_s": {}, "recovery_rtos": {}}
     for a in _ok(doc["arms"]):
@@ -385,7 +357,7 @@ def analyse_failover(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
         b = a["goodput_series"]["bin_s"]
         recs = []
         for f in a["flows"]:
-            r = flow_recovery(f.get("series_bps", []), b, ft)
+            r = analysis.flow_recovery(f.get("series_bps", []), b, ft)
             f["recovery"] = r
             if r["hit"]:
                 recs.append(r["recovery_s"])
@@ -395,7 +367,7 @@ def analyse_failover(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
         a["hit_flows"] = len(recs)
         a["recovery_s"] = max(vals) if vals else 0.0
         rtos = [f["rto_s"] for f in a["flows"] if f.get("rto_s")]
-        a["rto_s"] = float(np.median(rtos)) if rtos else None
+        a["rto_s"] = percentile(rtos, 50)
         out["recovery_s"][a["name"]] = a["recovery_s"]
         out["recovery_rtos"][a["name"]] = (a["recovery_s"] / a["rto_s"]) if a["rto_s"] else None
         out.setdefault("cut", a["faults"][0]["a"] + "-" + a["faults"][0]["b"])
@@ -555,14 +527,39 @@ def get(name: str) -> Entry:
         raise KeyError(name) from None
 
 
+# The smallest all-reduce a shortened run still makes: one 64 KiB piece per rank.
+MIN_COLLECTIVE_ELEMENTS = 16 * 1024
+
+
+def _scaled_collective(w: Workload, scale: float) -> Workload:
+    """An all-reduce is sized in elements, not seconds: a shorter or longer run scales the array, so
+    `--duration` means the same thing (about how long the traffic lasts) for every experiment."""
+    if not w.elements:
+        return w
+    elements = max(MIN_COLLECTIVE_ELEMENTS, round(w.elements * scale / 1024) * 1024)
+    return replace(w, elements=elements)
+
+
+class ArmNotFound(LookupError):
+    """--arms named an arm the experiment does not have."""
+
+
 def with_overrides(exp: Experiment, topology: str | None = None, duration: float | None = None,
-                   seed: int | None = None, repetitions: int | None = None) -> Experiment:
-    """A copy of `exp` with the command line's overrides (fault times scale with the duration)."""
+                   seed: int | None = None, repetitions: int | None = None,
+                   arms: Sequence[str] | None = None) -> Experiment:
+    """A copy of `exp` with the command line's overrides (fault times scale with the duration; `arms`
+    keeps only the arms named, in the experiment's own order)."""
+    if arms:
+        unknown = [a for a in arms if a not in {x.name for x in exp.arms}]
+        if unknown:
+            raise ArmNotFound(f"{exp.name} has no arm {', '.join(repr(u) for u in unknown)}; its arms are "
+                              f"{', '.join(a.name for a in exp.arms)}")
+        exp = replace(exp, arms=[a for a in exp.arms if a.name in arms])
     if duration is not None and duration != exp.duration_s:
         scale = duration / exp.duration_s
         exp = replace(exp, arms=[replace(a, faults=tuple(replace(f, at_s=f.at_s * scale) if f.at_s > 0 else f
                                                          for f in a.faults)) for a in exp.arms],
-                      duration_s=duration)
+                      duration_s=duration, workload=_scaled_collective(exp.workload, scale))
     if topology:
         exp = replace(exp, topology=topology)
     if seed is not None:

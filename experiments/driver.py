@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments import analysis, catalogue, plots, report, results
+from experiments import analysis, arms, catalogue, plots, report, results
 from experiments.model import Experiment
+from experiments.policy_arm import fault_sentences
 from experiments.runner import Reporter, RunOutcome, run_experiment
 from topologies import Topology, parse_spec
 
@@ -30,13 +32,13 @@ class Rendered:
 
 def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> dict[str, Any]:
     """results.json as a dict: arms with their metrics, then the experiment's own analysis."""
-    arms = []
+    entries = []
     first_flows = next(iter(outcome.flows.values()), [])
     for arm, raw in outcome.raws:
         flows = outcome.flows.get(arm.name, first_flows)
         pairs = [(f.src, f.dst) for f in flows]
-        ideal = analysis.ideal_bps(topo, pairs) if arm.kind in ("srd", "tcp") and pairs else 0.0
-        arms.append(results.arm_result(arm, raw, topo, ideal, bool(outcome.bytes_per_flow.get(arm.name))))
+        ideal = analysis.ideal_bps(topo, pairs) if arms.get(arm.kind).point_to_point and pairs else 0.0
+        entries.append(results.arm_result(arm, raw, topo, ideal, bool(outcome.bytes_per_flow.get(arm.name))))
     doc: dict[str, Any] = {
         "schema": results.SCHEMA_VERSION,
         "experiment": exp.name,
@@ -49,7 +51,7 @@ def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> dict
         "repetitions": exp.repetitions,
         "bytes_per_flow": next(iter(outcome.bytes_per_flow.values()), 0),
         "flows": [{"src": f.src, "dst": f.dst} for f in first_flows],
-        "arms": arms,
+        "arms": entries,
         "analysis": {},
         "extra": dict(exp.extra),
         "complete": outcome.complete and len(outcome.raws) == len(exp.arms) * exp.repetitions,
@@ -77,7 +79,7 @@ def sentences_for(doc: dict[str, Any]) -> list[str]:
     if entry is None or "error" in doc.get("analysis", {}):
         return []
     try:
-        return entry.sentences(doc)
+        return entry.sentences(doc) + fault_sentences(doc)
     except Exception as exc:
         log.warning("summary sentences for %s failed: %s", doc["experiment"], exc)
         return []
@@ -104,10 +106,10 @@ def rerender(path: Path) -> Rendered:
 
 
 def prepare(name: str, topo: str | None = None, duration: float | None = None, seed: int | None = None,
-            repetitions: int | None = None) -> tuple[Experiment, Topology]:
+            repetitions: int | None = None, arms: Sequence[str] | None = None) -> tuple[Experiment, Topology]:
     entry = catalogue.get(name)
     exp = catalogue.with_overrides(entry.build(), topology=topo, duration=duration, seed=seed,
-                                   repetitions=repetitions)
+                                   repetitions=repetitions, arms=arms)
     return exp, parse_spec(exp.topology)
 
 

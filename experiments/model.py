@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# What an arm runs as its workload's traffic.
-ARM_KINDS = ("srd", "tcp", "allreduce", "ping")
 FAULT_KINDS = ("link_down", "link_up", "loss", "rate")
 
 
@@ -82,8 +80,9 @@ class Workload:
 class Arm:
     """One side of a comparison: how traffic is carried, and what is done to the fabric meanwhile.
 
-    kind "srd" runs the transport (`policy`, `recovery`, `delivery`); "tcp" runs iperf3; "allreduce"
-    runs the ring all-reduce worker over the transport; "ping" measures latency with ping.
+    `kind` names how the traffic is carried (experiments.arms): "srd" runs the transport (`policy`,
+    `recovery`, `delivery`); "tcp" runs TCP; "allreduce" runs the ring all-reduce worker over the
+    transport; "ping" measures latency with ping.
     `mode` is the controller's routing mode. `faults` apply to this arm only; `labels` are free-form
     values the analysis groups by (e.g. {"loss_pct": 1.0}).
     """
@@ -102,14 +101,9 @@ class Arm:
     workload: Workload | None = None
 
     def describe(self) -> str:
-        if self.kind == "tcp":
-            how = f"iperf3 TCP over {self.mode}"
-        elif self.kind == "ping":
-            how = f"ping over {self.mode}"
-        elif self.kind == "allreduce":
-            how = f"ring all-reduce, {self.policy} over {self.mode}"
-        else:
-            how = f"transport {self.policy}/{self.recovery}/{self.delivery} over {self.mode}"
+        from experiments import arms  # the kinds import this module for Arm
+
+        how = arms.get(self.kind).describe(self)
         if self.faults:
             how += "; " + ", ".join(f.describe() for f in self.faults)
         return how

@@ -8,6 +8,7 @@ no data in this experiment is skipped.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+
+from experiments import analysis
 
 log = logging.getLogger(__name__)
 
@@ -130,15 +133,17 @@ def goodput_vs_loss(doc: dict[str, Any], out_dir: Path) -> list[str]:
     return [_save(fig, out_dir, "goodput_vs_loss.png")]
 
 
+def distance_bins(labels: Iterable[str]) -> list[str]:
+    """Reorder-distance bin labels ("1", "2-3", ..., "1024+") once each, smallest distance first: the
+    endpoints' JSON stores them sorted as text, which would put "1024+" second."""
+    return sorted(set(labels), key=lambda label: int(label.split("-")[0].rstrip("+")))
+
+
 def reorder_histograms(doc: dict[str, Any], out_dir: Path) -> list[str]:
     arms = [a for a in _ok(doc) if (a.get("reorder") or {}).get("distance_histogram")]
     if not arms:
         return []
-    labels: list[str] = []
-    for a in arms:
-        for k in a["reorder"]["distance_histogram"]:
-            if k not in labels:
-                labels.append(k)
+    labels = distance_bins(k for a in arms for k in a["reorder"]["distance_histogram"])
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / len(arms)
     x = np.arange(len(labels))
@@ -158,11 +163,9 @@ def path_share(doc: dict[str, Any], out_dir: Path) -> list[str]:
     arms = [a for a in _ok(doc) if a.get("path_share")]
     if not arms:
         # Any leaf-spine run: the first leaf's uplink share from its link series.
-        from experiments.catalogue import path_share as share_of
-
         arms = []
         for a in _ok(doc):
-            ps = share_of(a, "leaf1")
+            ps = analysis.path_share(a, "leaf1")
             if ps:
                 arms.append({**a, "path_share": ps})
     if not arms:

@@ -1,5 +1,6 @@
 """Turning an arm's raw material (endpoint JSON, link samples, CPU, queue counters) into its results
-entry, and the results.json document: schema, validation, saving and loading.
+entry, and the results.json document: schema, validation, saving and loading. The arm's kind reads
+its endpoints' files (experiments.arms, through the transport's schema of them); the rest is common.
 
 results.json top level: `experiment`, `title`, `topology` (spec and the fabric as plain data),
 `seed`, `duration_s`, `fidelity` (worst over the arms), `arms` (one entry each, below), `analysis`
@@ -19,12 +20,13 @@ from typing import Any
 import numpy as np
 
 from emulator import cpu
-from experiments import analysis
+from experiments import analysis, arms
+from experiments.arms.base import SERIES_BIN
 from experiments.model import Arm
 from topologies import Topology
+from transport.metrics import percentile
 
 SCHEMA_VERSION = 2  # 2: arms carry slowdown_mean / slowdown_max, sized flows ideal_fct_s / slowdown
-SERIES_BIN = 0.1  # seconds per goodput-series bin
 SAMPLE_DT = 0.5  # seconds a CPU sample covers when it does not say (older results)
 
 TOP_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -67,228 +69,7 @@ ARM_KEYS: dict[str, type | tuple[type, ...]] = {
 # Per-arm extraction
 
 
-def _rebin(start: float, width: float, values: list[float], t0: float, n_bins: int,
-           out: np.ndarray) -> None:
-    """Add a rate series (bit/s per bin of `width` from `start`) into `out`'s SERIES_BIN grid from t0."""
-    for i, v in enumerate(values):
-        if not v:
-            continue
-        b0 = start + i * width - t0
-        idx = int(b0 // SERIES_BIN)
-        if 0 <= idx < n_bins:
-            # bytes in this source bin land in the target bin that holds its start
-            out[idx] += v * width / SERIES_BIN
-
-
-def _srd_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:
-    endpoints = raw.get("endpoints", {})
-    recv_by_cid: dict[int, dict[str, Any]] = {}
-    for name, m in endpoints.items():
-        if name.startswith("recv-"):
-            for c in m.get("connections", []):
-                recv_by_cid[c.get("connection_id")] = {**c, "_socket_drops": m.get("socket_drops")}
-    flows = []
-    for name in sorted(endpoints, key=_flow_order):
-        if not name.startswith("send-"):
-            continue
-        m = endpoints[name]
-        _, idx, src, dst = name.split("-", 3)
-        conn = m.get("connection", {})
-        snd = conn.get("sender", {})
-        rc = recv_by_cid.get(m.get("connection_id"), {})
-        rcv = rc.get("transport", {}).get("receiver", {})
-        state = conn.get("state", {})
-        series = np.zeros(n_bins)
-        gp = rcv.get("goodput") or {}
-        if gp.get("start") is not None:
-            _rebin(gp["start"], gp["bin"], gp.get("bps", []), t0, n_bins, series)
-        ct = m.get("completion_times") or {}
-        srtt, rttvar = state.get("srtt"), state.get("rttvar")
-        flows.append({
-            "src": src, "dst": dst, "index": int(idx),
-            "bytes": m.get("bytes", 0),
-            "goodput_bps": m.get("goodput_bps", 0.0),
-            "duration_s": m.get("duration"),
-            "completed": m.get("completed"),
-            "stop_reason": m.get("stop_reason"),
-            "message_p50_s": ct.get("p50"), "message_p99_s": ct.get("p99"), "messages": ct.get("count", 0),
-            "retransmissions": snd.get("retransmissions", 0),
-            "spurious_retransmissions": snd.get("spurious_retransmissions", 0),
-            "timeouts": snd.get("timeouts", 0),
-            "gobackn_rewinds": snd.get("gobackn_rewinds", 0),
-            "loss_recovery_p50_s": (snd.get("loss_recovery") or {}).get("p50"),
-            "loss_recovery_p99_s": (snd.get("loss_recovery") or {}).get("p99"),
-            "rtt_p50_s": (snd.get("rtt") or {}).get("p50"),
-            "min_rtt_s": state.get("min_rtt"),
-            "srtt_s": srtt, "rttvar_s": rttvar,
-            "rto_s": (max(0.005, srtt + 4 * rttvar) if srtt is not None and rttvar is not None else None),
-            "out_of_order": rcv.get("out_of_order", 0),
-            "data_packets": rcv.get("data_packets", 0),
-            "reorder_distance": rcv.get("reorder_distance", {}),
-            "peak_reassembly_bytes": rcv.get("peak_reassembly_bytes", 0),
-            "duplicates": rcv.get("duplicates", 0),
-            "ev_datagrams_sent": m.get("ev_datagrams_sent", []),
-            "socket_drops": (m.get("socket_drops") or 0),
-            "series_bps": [round(float(x), 1) for x in series],
-            "mtu": (m.get("config") or {}).get("mtu"),
-            "message_size": (m.get("workload") or {}).get("size"),
-        })
-    recv_drops = sum((m.get("socket_drops") or 0) for n, m in endpoints.items() if n.startswith("recv-"))
-    if flows:
-        flows[0]["receiver_socket_drops_total"] = recv_drops
-    return flows
-
-
-def _flow_order(name: str) -> tuple[int, str]:
-    parts = name.split("-")
-    return (int(parts[1]), name) if len(parts) > 1 and parts[1].isdigit() else (1 << 30, name)
-
-
-def _tcpflow_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:
-    """Sized TCP flows (transport.tcpflow): the sender's completion is when the receiver had every byte;
-    the bytes counted are the receiver's."""
-    endpoints = raw.get("endpoints", {})
-    recv = {name.split("-")[2]: m for name, m in endpoints.items() if name.startswith("tcp-recv-")}
-    flows = []
-    for name in sorted(endpoints, key=lambda n: _flow_order(n.replace("tcp-send-", "x-"))):
-        if not name.startswith("tcp-send-"):
-            continue
-        m = endpoints[name]
-        _, _, idx, src, dst = name.split("-", 4)
-        r = recv.get(idx, {})
-        series = np.zeros(n_bins)
-        if m.get("t_start") is not None:
-            _rebin(m["t_start"], m.get("bin_s", SERIES_BIN), m.get("series_bps") or [], t0, n_bins, series)
-        completed = bool(m.get("completed"))
-        flows.append({
-            "src": src, "dst": dst, "index": int(idx),
-            "bytes": r.get("bytes", m.get("bytes", 0) if completed else 0),
-            "goodput_bps": m.get("goodput_bps", 0.0) if completed else 0.0,
-            "duration_s": m.get("duration_s") if completed else None,
-            "completed": completed,
-            "stop_reason": m.get("stop_reason"),
-            "retransmissions": m.get("retransmissions"),
-            "series_bps": [round(float(x), 1) for x in series],
-            "min_rtt_s": m.get("min_rtt_s"), "mss": m.get("mss"), "pmtu": m.get("pmtu"),
-        })
-    return flows
-
-
-def _tcp_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:
-    if any(name.startswith("tcp-send-") for name in raw.get("endpoints", {})):
-        return _tcpflow_flows(raw, t0, n_bins)
-    endpoints = raw.get("endpoints", {})
-    flows = []
-    for name in sorted(endpoints, key=lambda n: _flow_order(n.replace("iperf-client-", "x-"))):
-        if not name.startswith("iperf-client-"):
-            continue
-        m = endpoints[name]
-        _, _, idx, src, dst = name.split("-", 4)
-        end = m.get("end", {}) if isinstance(m, dict) else {}
-        recv = end.get("sum_received", {})
-        sent = end.get("sum_sent", {})
-        series = np.zeros(n_bins)
-        for iv in m.get("intervals", []) if isinstance(m, dict) else []:
-            s = iv.get("sum", {})
-            i = int((s.get("start", 0.0) + 1e-9) // SERIES_BIN)
-            if 0 <= i < n_bins:
-                series[i] += s.get("bits_per_second", 0.0) * (s.get("seconds", SERIES_BIN) / SERIES_BIN)
-        secs = max(recv.get("seconds", 0.0) or 0.0, sent.get("seconds", 0.0) or 0.0)
-        flows.append({
-            "src": src, "dst": dst, "index": int(idx),
-            "bytes": recv.get("bytes", 0),
-            "goodput_bps": recv.get("bits_per_second", 0.0),
-            "duration_s": secs or None,
-            "completed": bool(recv) and not m.get("error"),
-            "stop_reason": m.get("error"),
-            "retransmissions": sent.get("retransmits", 0),
-            "series_bps": [round(float(x), 1) for x in series],
-            **_iperf_framing(m),
-        })
-    return flows
-
-
-def _iperf_framing(m: Any) -> dict[str, Any]:
-    """The client's minimum RTT (iperf3 reports the sender's RTTs in microseconds, on Linux), its MSS
-    and the path MTU, for the flow's ideal completion time."""
-    if not isinstance(m, dict):
-        return {"min_rtt_s": None, "mss": None, "pmtu": None}
-    streams = (m.get("end") or {}).get("streams") or [{}]
-    min_rtt_us = (streams[0].get("sender") or {}).get("min_rtt")
-    pmtu = next((st["pmtu"] for iv in m.get("intervals") or [] for st in iv.get("streams") or []
-                 if st.get("pmtu")), None)
-    return {"min_rtt_s": min_rtt_us / 1e6 if min_rtt_us else None,
-            "mss": (m.get("start") or {}).get("tcp_mss_default"), "pmtu": pmtu}
-
-
-def _ping_flows(raw: dict[str, Any]) -> list[dict[str, Any]]:
-    import re
-
-    flows = []
-    for name, m in sorted(raw.get("endpoints", {}).items()):
-        if not name.startswith("ping-"):
-            continue
-        _, idx, src, dst = name.split("-", 3)
-        text = m.get("text", "")
-        rtt = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms", text)
-        loss = re.search(r"([\d.]+)% packet loss", text)
-        flows.append({
-            "src": src, "dst": dst, "index": int(idx), "bytes": 0, "goodput_bps": 0.0,
-            "rtt_min_s": float(rtt.group(1)) / 1e3 if rtt else None,
-            "rtt_avg_s": float(rtt.group(2)) / 1e3 if rtt else None,
-            "rtt_max_s": float(rtt.group(3)) / 1e3 if rtt else None,
-            "loss_pct": float(loss.group(1)) if loss else None,
-            "series_bps": [],
-        })
-    return flows
-
-
-def _allreduce_flows(raw: dict[str, Any]) -> list[dict[str, Any]]:
-    flows = []
-    for name, m in sorted(raw.get("endpoints", {}).items(), key=lambda kv: _flow_order(kv[0])):
-        if not name.startswith("allreduce-"):
-            continue
-        _, idx, host = name.split("-", 2)
-        times = m.get("iteration_times_s") or []
-        mean = m.get("mean_s")
-        snd = ((m.get("transport") or {}).get("send") or {}).get("sender", {})
-        rcv = ((m.get("transport") or {}).get("recv") or {}).get("receiver", {})
-        nbytes = m.get("bytes", 0) or 0
-        flows.append({
-            "src": host, "dst": "", "index": int(idx), "bytes": nbytes,
-            # A rank's share of the ring's traffic: it sends 2(N-1)/N of its array per iteration.
-            "goodput_bps": (m.get("busbw_gbps") or 0.0) * 1e9,
-            "duration_s": sum(times) if times else None,
-            "completed": m.get("correct") is not None and m.get("error") is None,
-            "correct": m.get("correct"),
-            "mismatch": m.get("mismatch"),
-            "iteration_times_s": times,
-            "iteration_mean_s": mean,
-            "bound_s": m.get("bound_s"),
-            "ratio_to_bound": m.get("ratio_to_bound"),
-            "retransmissions": snd.get("retransmissions", 0),
-            "spurious_retransmissions": snd.get("spurious_retransmissions", 0),
-            "out_of_order": rcv.get("out_of_order", 0),
-            "data_packets": rcv.get("data_packets", 0),
-            "reorder_distance": rcv.get("reorder_distance", {}),
-            "peak_reassembly_bytes": rcv.get("peak_reassembly_bytes", 0),
-            "socket_drops": (m.get("transport") or {}).get("socket_drops") or 0,
-            "error": m.get("error"),
-            "stop_reason": m.get("stop_reason"),
-            "series_bps": [],
-        })
-    return flows
-
-
-def flow_framing(flow: dict[str, Any], kind: str) -> analysis.Framing:
-    """How this flow's endpoint cut its bytes into packets, from its own metrics (defaults otherwise)."""
-    if kind == "tcp":
-        mss = flow.get("mss") or analysis.TCP_MSS
-        return analysis.tcp_framing(mss, flow.get("pmtu") or analysis.TCP_PMTU)
-    return analysis.srd_framing(flow.get("mtu") or 1400, flow.get("message_size") or 65536)
-
-
-def add_slowdowns(flows: list[dict[str, Any]], topo: Topology, kind: str) -> dict[str, Any]:
+def add_slowdowns(flows: list[dict[str, Any]], topo: Topology, kind: arms.ArmKind) -> dict[str, Any]:
     """Ideal completion time and slowdown of every sized flow that completed (in place), and the arm's
     mean and max slowdown over them.
 
@@ -305,7 +86,7 @@ def add_slowdowns(flows: list[dict[str, Any]], topo: Topology, kind: str) -> dic
         if not f.get("completed") or fct is None or size <= 0 or not f.get("dst"):
             incomplete += 1
             continue
-        framing = flow_framing(f, kind)
+        framing = kind.framing(f)
         rate = analysis.bottleneck_bps(topo, f["src"], f["dst"])
         rtt, source = f.get("min_rtt_s"), "measured"
         if not rtt:
@@ -336,19 +117,13 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
     }
     if "samples" not in raw:
         return entry
+    kind = arms.get(arm.kind)
     t0 = raw.get("t0") or 0.0
     traffic_s = raw.get("traffic_s") or 0.0
     n_bins = max(1, int(np.ceil((traffic_s + 1.0) / SERIES_BIN)))
-    if arm.kind == "srd":
-        flows = _srd_flows(raw, t0, n_bins)
-    elif arm.kind == "tcp":
-        flows = _tcp_flows(raw, t0, n_bins)
-    elif arm.kind == "ping":
-        flows = _ping_flows(raw)
-    else:
-        flows = _allreduce_flows(raw)
+    flows = kind.parse(raw, t0, n_bins)
     entry["flows"] = flows
-    if not flows and arm.kind != "ping":
+    if not flows and kind.flows_required:
         errs = raw.get("endpoint_errors") or ["no endpoint wrote its metrics"]
         entry["error"] = f"no metrics from the senders: {errs[0]}"
     goodput = float(sum(f.get("goodput_bps") or 0.0 for f in flows))
@@ -356,29 +131,29 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
     entry["goodput_fraction"] = goodput / ideal if ideal > 0 else 0.0
     # What the wire format allows of the ideal: the ideal link rate times the share of each frame that
     # is payload (transport, UDP, IP and Ethernet headers cost ~6 % at 1500 bytes, under 1 % at 9000).
-    if arm.kind in ("srd", "tcp") and flows and ideal > 0:
-        framing = flow_framing(flows[0], arm.kind)
+    if kind.point_to_point and flows and ideal > 0:
+        framing = kind.framing(flows[0])
         eff = analysis.wire_efficiency(framing)
         entry["wire_efficiency"] = eff
         entry["goodput_of_wire"] = goodput / (ideal * eff)
     # Completion: flows' completion times when they have a size, else the messages' (transport).
     if sized:
         fct = [f["duration_s"] for f in flows if f.get("duration_s") is not None]
-        entry["completion_p50_s"] = analysis.percentile(fct, 50)
-        entry["completion_p99_s"] = analysis.percentile(fct, 99)
+        entry["completion_p50_s"] = percentile(fct, 50)
+        entry["completion_p99_s"] = percentile(fct, 99)
         entry["completion_kind"] = "flow"
-        if arm.kind in ("srd", "tcp"):
-            entry.update(add_slowdowns(flows, topo, arm.kind))
+        if kind.point_to_point:
+            entry.update(add_slowdowns(flows, topo, kind))
     else:
         p50 = [f["message_p50_s"] for f in flows if f.get("message_p50_s") is not None]
         p99 = [f["message_p99_s"] for f in flows if f.get("message_p99_s") is not None]
         # Pooled percentiles are not available from summaries: the median flow's p50, the worst p99.
-        entry["completion_p50_s"] = analysis.percentile(p50, 50)
+        entry["completion_p50_s"] = percentile(p50, 50)
         entry["completion_p99_s"] = max(p99) if p99 else None
         entry["completion_kind"] = "message"
     retx = [f.get("retransmissions") for f in flows if f.get("retransmissions") is not None]
     entry["retransmissions"] = int(sum(retx)) if retx else None
-    if arm.kind in ("srd", "allreduce"):
+    if kind.reports_reordering:
         hist: dict[str, int] = {}
         for f in flows:
             for k, v in (f.get("reorder_distance") or {}).items():

@@ -1,89 +1,51 @@
 """Runs an experiment: every arm on a freshly brought-up fabric, one after the other, same seed.
 
-For each arm the runner brings the fabric up in the arm's routing mode, starts the receivers and then
-the senders inside the Mininet hosts (the transport's `srd` endpoints, iperf3, or the all-reduce
-worker), injects the arm's faults at their times, and meanwhile samples the controller's per-link
-counters and the CPU's idle time every half second. Afterwards it reads every endpoint's JSON, the
-queue drops of the shaped interfaces, and tears the fabric down. An arm that fails is recorded with
-its error and the others still run; Ctrl-C keeps the finished arms and marks the run incomplete.
+For each arm the runner brings the fabric up in the arm's routing mode, has the arm's kind start its
+endpoints inside the Mininet hosts (experiments.arms: the transport's `srd` endpoints, TCP, the
+all-reduce worker or ping), injects the arm's faults at their times, and meanwhile samples the
+controller's per-link counters and the CPU's idle time every half second (emulator.sampling).
+Afterwards it reads every endpoint's JSON, the queue drops of the shaped interfaces, and tears the
+fabric down. An arm that fails is recorded with its error and the others still run; Ctrl-C keeps the
+finished arms and marks the run incomplete.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from emulator import cpu
 from emulator.errors import EmulatorError
-from emulator.network import _Terminated
-from experiments import analysis
+from emulator.network import Terminated
+from emulator.sampling import Sampler, qdisc_drops
+from experiments import analysis, arms
+from experiments.arms import ArmContext, Flow
 from experiments.model import Arm, Experiment, Fault, Workload
 from topologies import Topology
+from transport.headers import DATA_WIRE_OVERHEAD, datagram_size_for_mtu
 from transport.wire import DATA_HEADER_LEN
 
 log = logging.getLogger(__name__)
 
-SRD_PORT = 7471
-IPERF_PORT = 5201
-BASE_PORT = 40000  # a multiple of 16: EV i leaves from BASE_PORT + 16*flow + i
-SAMPLE_INTERVAL = 0.5
 # Time to give a fabric that another run holds: poll this often, for at most this long.
 BUSY_POLL_S = 20.0
 BUSY_WAIT_MAX_S = 900.0
-# Bytes around one transport datagram: IPv4 + UDP inside the MTU, Ethernet outside it.
-IP_UDP_HEADERS = analysis.UDP_IP_HEADERS
-# Header bytes on the wire per DATA packet: the transport's own header, UDP, IPv4 and Ethernet.
-WIRE_OVERHEAD = DATA_HEADER_LEN + IP_UDP_HEADERS + analysis.ETHERNET_HEADER
-# How long endpoints may take to start (interpreter, imports, sockets) before the arm gives up.
-READY_TIMEOUT_S = 60.0
 # Flow.start_s is honoured: each sender is released (or iperf3 client started) at t0 + start_s.
 FLOW_START_OFFSETS = True
 
 
 class ArmInterrupted(Exception):
     """Raised inside an arm when the run is asked to stop (Ctrl-C)."""
-
-
-@dataclass
-class Flow:
-    src: str
-    dst: str
-    index: int  # position among the flows leaving `src` (source ports and iperf3 ports differ)
-    size: int = 0  # this flow's bytes (a traffic matrix gives each its own); 0 = the arm's bytes_per_flow
-    start_s: float = 0.0  # when it starts, in seconds after the traffic starts (a traffic matrix's start)
-
-
-@dataclass
-class ArmContext:
-    """What one arm's traffic needs: the fabric, its flows, sizes and where to put files."""
-
-    fab: Any
-    exp: Experiment
-    arm: Arm
-    topo: Topology
-    flows: list[Flow]
-    duration: float
-    seed: int
-    bytes_per_flow: int
-    raw_dir: Path
-    workload: Workload = field(default_factory=Workload)
-    procs: list[subprocess.Popen] = field(default_factory=list)
-    t0: float = 0.0  # time.monotonic() when the traffic started
-    fault_log: list[dict[str, Any]] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)  # the arm is ending: no more starts
 
 
 class Reporter:
@@ -100,281 +62,6 @@ class Reporter:
 
     def arm_finished(self, index: int, arm: Arm, result: dict[str, Any]) -> None:
         log.info("arm %s done%s", arm.name, f" (error: {result['error']})" if result.get("error") else "")
-
-
-# --------------------------------------------------------------------------------------------------
-# Sampling
-
-
-class Sampler(threading.Thread):
-    """Polls the controller's link counters and /proc/stat every `interval` seconds."""
-
-    def __init__(self, fab: Any, interval: float = SAMPLE_INTERVAL) -> None:
-        super().__init__(daemon=True, name="fabriclab-sampler")
-        self.fab = fab
-        self.interval = interval
-        self.samples: list[dict[str, Any]] = []
-        self.cpu: list[dict[str, float]] = []
-        self.errors = 0
-        self._stop_evt = threading.Event()
-
-    def sample_once(self) -> None:
-        try:
-            links = self.fab.api.links()
-            self.samples.append({"t": time.monotonic(), "links": links.get("links", [])})
-        except Exception as exc:  # a slow or restarting controller must not end the arm
-            self.errors += 1
-            log.debug("link sample failed: %s", exc)
-
-    def run(self) -> None:
-        prev = cpu.cpu_times()
-        prev_t = time.monotonic()
-        while not self._stop_evt.wait(self.interval):
-            self.sample_once()
-            now = cpu.cpu_times()
-            idle = cpu.idle_fraction(prev, now)
-            t = time.monotonic()
-            if idle is not None:
-                self.cpu.append({"t": t, "idle": round(idle, 4), "dt": round(t - prev_t, 3)})
-            prev, prev_t = now, t
-
-    def stop(self) -> None:
-        self._stop_evt.set()
-        self.join(timeout=5)
-
-
-_QDISC_RX = re.compile(r"^qdisc (\S+) (\S+) dev (\S+) (root|parent \S+).*?\n\s*Sent (\d+) bytes (\d+) pkt "
-                       r"\(dropped (\d+), overlimits (\d+) requeues (\d+)\)", re.M)
-
-
-def parse_qdisc_drops(text: str) -> dict[str, dict[str, int]]:
-    """Per interface, from `tc -s qdisc show`: packets sent and dropped at its root qdisc (which counts
-    its children's drops too)."""
-    out: dict[str, dict[str, int]] = {}
-    for m in _QDISC_RX.finditer(text):
-        if m.group(4) != "root":
-            continue
-        out[m.group(3)] = {"sent_packets": int(m.group(6)), "dropped": int(m.group(7))}
-    return out
-
-
-def qdisc_drops(fab: Any) -> dict[str, dict[str, int]]:
-    """Root-qdisc counters of every shaped interface: switch ends in the root namespace, host ends in
-    the hosts' namespaces."""
-    result: dict[str, dict[str, int]] = {}
-    try:
-        out = subprocess.run(["tc", "-s", "qdisc", "show"], capture_output=True, text=True, timeout=20)
-        result.update(parse_qdisc_drops(out.stdout))
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.debug("tc -s qdisc: %s", exc)
-    for h in fab.topology.hosts:
-        try:
-            result.update(parse_qdisc_drops(fab.host(h.name).cmd("tc -s qdisc show")))
-        except Exception as exc:
-            log.debug("tc in %s: %s", h.name, exc)
-    return result
-
-
-# --------------------------------------------------------------------------------------------------
-# Traffic
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "experiments.cli", *args]
-
-
-def _popen(ctx: ArmContext, host: str, cmd: list[str], out_file: Path | None = None) -> subprocess.Popen:
-    stdout = open(out_file, "wb") if out_file else subprocess.DEVNULL  # noqa: SIM115 - closed on reap
-    try:
-        p = ctx.fab.host(host).popen(cmd, stdout=stdout, stderr=subprocess.PIPE)
-    finally:
-        if out_file:
-            stdout.close()
-    ctx.procs.append(p)
-    return p
-
-
-def datagram_size(topo: Topology) -> int:
-    """The transport's datagram size on this fabric: its MTU less the IP and UDP headers."""
-    return topo.mtu - IP_UDP_HEADERS
-
-
-def _ready_file(ctx: ArmContext, name: str) -> Path:
-    d = ctx.raw_dir / "ready"
-    d.mkdir(exist_ok=True)
-    return d / name
-
-
-def wait_ready(files: list[Path], procs: list[subprocess.Popen], timeout: float = READY_TIMEOUT_S) -> list[int]:
-    """Wait until every endpoint has announced that its sockets are open; returns their pids (as the
-    endpoints wrote them). An endpoint that exits first, or a timeout, is an error naming why."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if all(f.exists() for f in files):
-            return [json.loads(f.read_text())["pid"] for f in files]
-        for p in procs:
-            if p.poll() is not None:
-                err = p.stderr.read().decode(errors="replace").strip() if p.stderr else ""
-                last = err.splitlines()[-1] if err else f"exit status {p.returncode}"
-                raise EmulatorError(f"an endpoint exited before it was ready: {last}")
-        if time.monotonic() > deadline:
-            missing = sum(not f.exists() for f in files)
-            raise EmulatorError(f"{missing} of {len(files)} endpoints were not ready after {timeout:.0f} s; "
-                                "the machine may be overloaded")
-        time.sleep(0.02)
-
-
-def _start_on_schedule(ctx: ArmContext, starts: list[tuple[float, Callable[[], None]]]) -> None:
-    """Run each start at ctx.t0 + its offset: those due now at once, later ones from a thread that the
-    arm's stop event ends (held senders that never get their signal exit on SIGTERM, sending nothing)."""
-    starts = sorted(starts, key=lambda s: s[0])
-    while starts and starts[0][0] <= 0:
-        starts.pop(0)[1]()
-    if not starts:
-        return
-
-    def run() -> None:
-        for at, start in starts:
-            if ctx.stop.wait(max(0.0, ctx.t0 + at - time.monotonic())):
-                return
-            try:
-                start()
-            except OSError as exc:  # the endpoint already ended: its own error is reported
-                log.debug("late start failed: %s", exc)
-
-    threading.Thread(target=run, daemon=True, name="fabriclab-starts").start()
-
-
-def start_srd(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.Popen]]:
-    """Receivers first, then every sender held with its sockets open; traffic starts (t0) when all are
-    ready, so interpreter start-up and imports stay out of the measured window."""
-    arm, w = ctx.arm, ctx.workload
-    common = ["--recovery", arm.recovery, "--delivery", arm.delivery, "--mtu", str(datagram_size(ctx.topo))]
-    receivers, ready = [], []
-    for dst in sorted({f.dst for f in ctx.flows}):
-        ready.append(_ready_file(ctx, f"recv-{dst}"))
-        cmd = _cli("srd", "recv", "--bind", ctx.fab.ip(dst), "--port", str(SRD_PORT), "--ready-file", str(ready[-1]),
-                   "--json-out", str(ctx.raw_dir / f"recv-{dst}.json"), *common)
-        if w.request_response:
-            cmd += ["--response-size", "64"]
-        receivers.append(_popen(ctx, dst, cmd))
-    wait_ready(ready, receivers)
-    senders, ready = [], []
-    for i, f in enumerate(ctx.flows):
-        ready.append(_ready_file(ctx, f"send-{i}"))
-        cmd = _cli("srd", "send", "--to", f"{ctx.fab.ip(f.dst)}:{SRD_PORT}", "--policy", arm.policy,
-                   "--seed", str(ctx.seed * 1000 + i), "--base-port", str(BASE_PORT + 16 * f.index),
-                   "--hold", "--ready-file", str(ready[-1]),
-                   "--size", str(w.message_size), "--json-out", str(ctx.raw_dir / f"send-{i}-{f.src}-{f.dst}.json"),
-                   *common)
-        if ctx.bytes_per_flow:
-            # A cap so that a stuck flow cannot hold the run: 3x the time it needs at the host rate.
-            cmd += ["--bytes", str(f.size or ctx.bytes_per_flow), "--duration", f"{3 * ctx.duration + 5:g}"]
-        else:
-            cmd += ["--duration", f"{ctx.duration:g}"]
-        if w.request_response:
-            cmd += ["--request-response", "--closed-loop", "8"]
-        cmd += list(arm.options)
-        senders.append(_popen(ctx, f.src, cmd))
-    pids = wait_ready(ready, senders)
-    ctx.t0 = time.monotonic()
-    _start_on_schedule(ctx, [(f.start_s, partial(os.kill, pid, signal.SIGUSR1))
-                             for f, pid in zip(ctx.flows, pids, strict=True)])
-    return receivers, senders
-
-
-def _tcp_client_port(ctx: ArmContext, i: int) -> int:
-    # A fixed client port: ECMP hashes it, so the same seed gives the same paths.
-    return BASE_PORT + 256 + (ctx.seed * 7 + i * 16) % 4096
-
-
-def start_tcp(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.Popen]]:
-    """TCP, the everyday baseline. Sized flows use transport.tcpflow, whose completion is when the
-    receiver has every byte (iperf3 -n ends a test once the sender has *written* its bytes, so a flow
-    that fits the socket buffers "completes" before most of it has crossed a slow link); timed flows
-    use iperf3 -t."""
-    if ctx.bytes_per_flow or any(f.size for f in ctx.flows):
-        return _start_tcpflow(ctx)
-    receivers = []
-    for i, f in enumerate(ctx.flows):
-        receivers.append(_popen(ctx, f.dst, ["iperf3", "-s", "-1", "-p", str(IPERF_PORT + i), "-J"],
-                                ctx.raw_dir / f"iperf-server-{i}-{f.dst}.json"))
-    time.sleep(0.5)  # iperf3 (C) starts in milliseconds; its servers only need to be listening
-    senders = []
-    ctx.t0 = time.monotonic()
-    for i, f in enumerate(ctx.flows):
-        cmd = ["iperf3", "-c", ctx.fab.ip(f.dst), "-p", str(IPERF_PORT + i), "--cport", str(_tcp_client_port(ctx, i)),
-               "-J", "-i", "0.1", "-t", f"{ctx.duration:g}"]
-        senders.append(_popen(ctx, f.src, cmd, ctx.raw_dir / f"iperf-client-{i}-{f.src}-{f.dst}.json"))
-    return receivers, senders
-
-
-def _start_tcpflow(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.Popen]]:
-    """One receiver per flow (each takes one connection), every sender connected and held, then all
-    released together (or at their matrix start times), as start_srd does."""
-    tcpflow = [sys.executable, "-m", "transport.tcpflow"]
-    timeout = f"{3 * ctx.duration + 20:g}"
-    receivers, ready = [], []
-    for i, f in enumerate(ctx.flows):
-        ready.append(_ready_file(ctx, f"tcp-recv-{i}"))
-        receivers.append(_popen(ctx, f.dst, [*tcpflow, "recv", "--bind", ctx.fab.ip(f.dst), "--port",
-                                             str(IPERF_PORT + i), "--timeout", timeout, "--ready-file", str(ready[-1]),
-                                             "--json-out", str(ctx.raw_dir / f"tcp-recv-{i}-{f.dst}.json")]))
-    wait_ready(ready, receivers)
-    senders, ready = [], []
-    for i, f in enumerate(ctx.flows):
-        ready.append(_ready_file(ctx, f"tcp-send-{i}"))
-        senders.append(_popen(ctx, f.src, [
-            *tcpflow, "send", "--to", f"{ctx.fab.ip(f.dst)}:{IPERF_PORT + i}", "--bytes",
-            str(f.size or ctx.bytes_per_flow), "--cport", str(_tcp_client_port(ctx, i)), "--hold",
-            "--timeout", timeout, "--ready-file", str(ready[-1]),
-            "--json-out", str(ctx.raw_dir / f"tcp-send-{i}-{f.src}-{f.dst}.json")]))
-    pids = wait_ready(ready, senders)
-    ctx.t0 = time.monotonic()
-    _start_on_schedule(ctx, [(f.start_s, partial(os.kill, pid, signal.SIGUSR1))
-                             for f, pid in zip(ctx.flows, pids, strict=True)])
-    return receivers, senders
-
-
-def start_allreduce(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.Popen]]:
-    w = ctx.workload
-    ranks = [f.src for f in ctx.flows]
-    peers = ",".join(f"{ctx.fab.ip(h)}:{SRD_PORT}" for h in ranks)
-    workers = []
-    ctx.t0 = time.monotonic()
-    for r, h in enumerate(ranks):
-        cmd = [sys.executable, "-m", "transport.allreduce", "--rank", str(r), "--peers", peers,
-               "--size", str(w.elements), "--iterations", str(w.iterations),
-               "--json-out", str(ctx.raw_dir / f"allreduce-{r}-{h}.json")]
-        cmd += _allreduce_options(ctx)
-        workers.append(_popen(ctx, h, cmd))
-    return [], workers
-
-
-def _allreduce_options(ctx: ArmContext) -> list[str]:
-    """Transport settings of the arm, and the host link rate for the worker's bandwidth bound."""
-    arm = ctx.arm
-    host_rate = min(lk.rate_mbps for h in ctx.topo.hosts for lk in ctx.topo.links_of(h.name))
-    return ["--policy", arm.policy, "--recovery", arm.recovery, "--delivery", arm.delivery,
-            "--seed", str(ctx.seed), "--link-rate-mbps", f"{host_rate:g}", "--timeout", "30"]
-
-
-def start_ping(ctx: ArmContext) -> tuple[list[subprocess.Popen], list[subprocess.Popen]]:
-    senders = []
-    ctx.t0 = time.monotonic()
-    count = max(20, int(ctx.duration / 0.02))
-    for i, f in enumerate(ctx.flows):
-        senders.append(_popen(ctx, f.src, ["ping", "-n", "-q", "-i", "0.02", "-c", str(count), ctx.fab.ip(f.dst)],
-                              ctx.raw_dir / f"ping-{i}-{f.src}-{f.dst}.txt"))
-    return [], senders
-
-
-STARTERS: dict[str, Callable[[ArmContext], tuple[list[subprocess.Popen], list[subprocess.Popen]]]] = {
-    "srd": start_srd,
-    "tcp": start_tcp,
-    "allreduce": start_allreduce,
-    "ping": start_ping,
-}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -499,14 +186,13 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
         stop_faults = ctx.stop
         ledger = cpu.CpuLedger({"ovs": cpu.ovs_pid(), "controller": fab.controller.pid if fab.controller else None})
         try:
-            receivers, senders = STARTERS[arm.kind](ctx)
+            kind = arms.get(arm.kind)
+            receivers, senders = kind.start(ctx)
             ledger.open()
             fault_th = _fault_thread(ctx, late, sampler, stop_faults, raw["fault_errors"]) if late else None
             last_start = max((f.start_s for f in flows), default=0.0)
             expected = duration
-            limit = last_start + ((3 * duration + 20) if bytes_per_flow else duration + 20)
-            if arm.kind == "allreduce":
-                limit = max(limit, 120.0)
+            limit = max(kind.min_wait_s, last_start + ((3 * duration + 20) if bytes_per_flow else duration + 20))
             # Late flows (a traffic matrix's later starts) may not have a process yet.
             while any(p.poll() is None for p in senders) or time.monotonic() < ctx.t0 + last_start:
                 elapsed = time.monotonic() - ctx.t0
@@ -604,9 +290,8 @@ def flow_bytes(w: Workload, topo: Topology, duration: float) -> int:
         return w.bytes_per_flow
     if not w.fill:
         return 0
-    host_rate = min(lk.rate_mbps for h in topo.hosts for lk in topo.links_of(h.name))
-    payload = datagram_size(topo) - DATA_HEADER_LEN
-    goodput_rate = host_rate * 1e6 * payload / (payload + WIRE_OVERHEAD)
+    payload = datagram_size_for_mtu(topo.mtu) - DATA_HEADER_LEN
+    goodput_rate = analysis.host_rate_mbps(topo) * 1e6 * payload / (payload + DATA_WIRE_OVERHEAD)
     return int(w.fill * goodput_rate * duration / 8 / w.message_size) * w.message_size or w.message_size
 
 
@@ -643,7 +328,7 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
                           raw_dir, reporter)
             raw["repetition"] = rep
             raw["seed"] = exp.seed + rep
-        except (KeyboardInterrupt, _Terminated) as exc:
+        except (KeyboardInterrupt, Terminated) as exc:
             complete = False
             why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "terminated (SIGTERM)"
             raws.append((arm, {"error": why, "repetition": rep}))

@@ -28,14 +28,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from experiments import analysis
+from experiments.arms import get as arm_kind
 from experiments.model import Experiment, SizedFlow, Workload
 from topologies import Topology
+from transport.headers import datagram_size_for_mtu
 
 log = logging.getLogger(__name__)
 
 PS_PER_S = 1e12
-# Arm kinds a traffic matrix can drive: they send flows between host pairs.
-FLOW_KINDS = ("srd", "tcp")
 _INT = re.compile(r"\d+")
 _FLOAT = re.compile(r"(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 _CONN = re.compile(r"(\d+)->(\d+)")
@@ -230,7 +230,7 @@ def workload(matrix: TrafficMatrix, topo: Topology, base: Workload | None = None
 def makespan_s(w: Workload, topo: Topology) -> float:
     """Seconds the busiest host link needs for the matrix's bytes (the transport's framing), after the
     latest start: the least time the whole matrix can take."""
-    framing = analysis.srd_framing(topo.mtu - analysis.UDP_IP_HEADERS, w.message_size)
+    framing = analysis.srd_framing(datagram_size_for_mtu(topo.mtu), w.message_size)
     load: dict[tuple[str, str], float] = {}
     for f in w.flows:
         bits = 8 * analysis.wire_bytes(f.size, framing)
@@ -249,7 +249,7 @@ def apply(exp: Experiment, topo: Topology, matrix: TrafficMatrix, keep_duration:
     """
     from experiments import catalogue, runner
 
-    other = sorted({a.kind for a in exp.arms if a.kind not in FLOW_KINDS})
+    other = sorted({a.kind for a in exp.arms if not arm_kind(a.kind).point_to_point})
     if other:
         raise TrafficError(f"{matrix.source}: experiment '{exp.name}' runs {', '.join(other)} arms; a traffic "
                            "matrix drives transport and TCP flows: use it with e.g. ecmp-vs-spray")

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-FABRICLAB = [sys.executable, "-m", "experiments.cli"]
+FABRICLAB = [sys.executable, "-m", "cli"]
 
 CASES = [
     # (arguments, fragment the one-line error must contain)

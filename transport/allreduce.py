@@ -1,14 +1,15 @@
 """Ring all-reduce over the fabriclab transport: one worker per host, or the whole ring in-process.
 
-``python -m transport.allreduce --rank R --peers IP:PORT,... --size N --iterations K --json-out F`` runs
-rank R of the ring (algorithm in transport/ring.py). The worker listens on its own ``peers[R]`` port for
-its left neighbour's data and sends to ``peers[R+1]`` from one UDP socket per entropy value, bound to
-``base_port + EV``, exactly as transport/endpoint.py's Sender and Receiver do; both directions run in
-one epoll loop over two sans-I/O ``Connection`` objects. After every iteration the result is compared
-bit for bit with the reference sum computed in the ring's own order of float32 additions.
+``fabriclab allreduce --rank R --peers IP:PORT,... --size N --iterations K --json-out F`` (cli/allreduce.py)
+runs rank R of the ring (algorithm, barrier and phases in transport/ring.py). The worker listens on its own
+``peers[R]`` port for its left neighbour's data and sends to ``peers[R+1]`` from one UDP socket per
+entropy value, bound to ``base_port + EV``, exactly as the srd Sender and Receiver do; both directions
+run in the event loop they share (transport/eventloop.py) over two sans-I/O ``Connection`` objects.
+After every iteration the result is compared bit for bit with the reference sum computed in the ring's
+own order of float32 additions.
 
-``ring_allreduce_simulated`` runs the same algorithm for all ranks over transport.simnet with a virtual
-clock, one simulated network per ring edge, so tests and experiments get deterministic results fast.
+``transport.ringsim.ring_allreduce_simulated`` runs the same ``RingRank`` for all ranks in one process
+over simulated links with a virtual clock, so tests and experiments get deterministic results fast.
 
 Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout, 143 stopped by SIGTERM/SIGINT (the JSON is
 written in every case once the options are valid).
@@ -16,41 +17,35 @@ written in every case once the options are valid).
 
 from __future__ import annotations
 
-import argparse
 import errno
 import logging
-import select
-import signal
 import socket
-import sys
 import time
-import zlib
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from functools import partial
+from typing import Any
 
 import numpy as np
 
 from transport import wire
 from transport.config import ConfigError, TransportConfig
 from transport.connection import Connection, MessageAcked, MessageReceived
-from transport.endpoint import EndpointError, resolve, socket_drops, write_json
+from transport.endpoint import resolve
+from transport.eventloop import RECV_BATCH, EventLoop, read_batch, socket_drops
 from transport.ring import (
     DEFAULT_PIECE_BYTES,
     DTYPE,
     HEADER,
-    KIND_BARRIER,
-    KIND_DATA,
+    Phase,
     RingProtocolError,
+    RingRank,
     RingWorker,
-    decode_header,
-    encode_barrier,
-    first_mismatch,
     make_input,
+    rank_connections,
     reference_from_seed,
-    ring_reference,
 )
-from transport.simnet import PathSpec, SimNetwork
+from transport.schema import AllreduceMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -60,20 +55,12 @@ EXIT_USAGE = 2
 EXIT_SIGNAL = 143  # the shell's code for a process ended by SIGTERM
 DEFAULT_BASE_PORT = 40000
 BASE_PORT_STRIDE = 64  # default base port of rank r is 40000 + 64 r, so ranks sharing a host do not clash
-SOCKET_BUFFER_BYTES = 4 << 20
-RECV_BATCH = 256
-SPIN_BELOW = 0.001  # epoll sleeps in whole milliseconds: shorter waits are polled
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_LINGER = 0.3
 
 
 class AllReduceError(Exception):
     """Bad input or a timeout: reported as one line, exit status 2."""
-
-
-def edge_connection_id(n_ranks: int, seed: int, sender_rank: int) -> int:
-    """The connection id of the ring edge sender_rank -> sender_rank+1, agreed without talking."""
-    return zlib.crc32(f"fabriclab-allreduce:{n_ranks}:{seed}:{sender_rank}".encode()) or 1
 
 
 def bandwidth_bound(n_ranks: int, nbytes: int, link_rate_mbps: float | None) -> float | None:
@@ -87,154 +74,6 @@ def _summary(times: list[float]) -> dict[str, float | None]:
     if not times:
         return {"mean_s": None, "min_s": None, "max_s": None}
     return {"mean_s": float(np.mean(times)), "min_s": min(times), "max_s": max(times)}
-
-
-# --------------------------------------------------------------------------------------------------
-# In-process ring over the simulated network
-
-
-@dataclass
-class SimAllReduceResult:
-    results: list[np.ndarray]  # every rank's final array (of the last iteration)
-    reference: np.ndarray
-    correct: bool
-    mismatch: dict | None  # first mismatch: {"rank", "iteration", "index", "got", "expected", ...}
-    iteration_times: list[list[float]]  # [rank][iteration], virtual seconds
-    duration: float  # virtual seconds until the last rank finished
-    completed: bool
-    edges: list[dict] = field(default_factory=list)  # per edge r -> r+1: sender, receiver, network
-
-
-def ring_allreduce_simulated(
-    n_ranks: int,
-    size: int,
-    seed: int = 0,
-    config: TransportConfig | None = None,
-    paths: Sequence[PathSpec] | Sequence[Sequence[PathSpec]] | None = None,
-    *,
-    iterations: int = 1,
-    inputs: Sequence[np.ndarray] | None = None,
-    piece_bytes: int = DEFAULT_PIECE_BYTES,
-    time_limit: float = 60.0,
-) -> SimAllReduceResult:
-    """Run the ring for all ranks over simulated links (virtual clock, deterministic for a seed).
-
-    ``paths`` are the paths of every ring edge (one SimNetwork per edge), or a list of path lists,
-    one per edge r -> r+1. ``inputs`` overrides the seeded inputs (one array per rank).
-    """
-    if n_ranks < 1:
-        raise ValueError("n_ranks must be >= 1")
-    config = config or TransportConfig()
-    config.validate()
-    if inputs is None:
-        inputs = [make_input(seed, r, size) for r in range(n_ranks)]
-    if len(inputs) != n_ranks or any(len(x) != size for x in inputs):
-        raise ValueError(f"inputs must be {n_ranks} arrays of {size} elements")
-    reference = ring_reference(inputs)
-    per_edge: list[list[PathSpec]]
-    if not paths:
-        per_edge = [[PathSpec()] for _ in range(n_ranks)]
-    elif isinstance(paths[0], PathSpec):
-        per_edge = [list(paths) for _ in range(n_ranks)]  # type: ignore[arg-type]
-    else:
-        per_edge = [list(p) for p in paths]  # type: ignore[arg-type]
-        if len(per_edge) != n_ranks:
-            raise ValueError(f"give one path list per edge ({n_ranks}), got {len(per_edge)}")
-
-    piece_elems = max(1, piece_bytes // DTYPE.itemsize)
-    workers = [RingWorker(r, n_ranks, inputs[r], iterations, piece_elems) for r in range(n_ranks)]
-    nets = [SimNetwork(per_edge[r], seed=seed * 7919 + r) for r in range(n_ranks)]
-    # Edge r joins send[r] (side 0 of nets[r]) to recv[r+1] (side 1 of nets[r]).
-    send = [Connection(config, edge_connection_id(n_ranks, seed, r), seed=seed * 1000 + 2 * r) for r in range(n_ranks)]
-    recv = [
-        Connection(config, edge_connection_id(n_ranks, seed, (r - 1) % n_ranks), seed=seed * 1000 + 2 * r + 1)
-        for r in range(n_ranks)
-    ]
-    started = [0.0] * n_ranks
-    times: list[list[float]] = [[] for _ in range(n_ranks)]
-    mismatch: dict | None = None
-    finished = [False] * n_ranks
-    now = 0.0
-
-    def submit(r: int, msgs: list[bytes]) -> None:
-        for m in msgs:
-            send[r].send_message(m, now)
-
-    def finish_iterations(r: int) -> None:
-        nonlocal mismatch
-        w = workers[r]
-        while w.iteration_done and not finished[r]:
-            times[r].append(now - started[r])
-            bad = first_mismatch(w.buf, reference)
-            if bad is not None and mismatch is None:
-                mismatch = {"rank": r, "iteration": w.iteration, **bad}
-            if w.iteration + 1 >= iterations:
-                finished[r] = True
-                break
-            started[r] = now
-            submit(r, w.start_iteration())
-
-    if n_ranks > 1:
-        for r in range(n_ranks):
-            submit(r, workers[r].start_iteration())
-    else:
-        workers[0].start_iteration()
-    for r in range(n_ranks):
-        finish_iterations(r)
-
-    while True:
-        for r in range(n_ranks):
-            conn = recv[r]
-            while (event := conn.next_event()) is not None:
-                if isinstance(event, MessageReceived):
-                    submit(r, workers[r].receive(event.data))
-            finish_iterations(r)
-            while send[r].next_event() is not None:
-                pass
-        for r in range(n_ranks):
-            for data, ev in send[r].datagrams_to_send(now):
-                nets[r].send(0, data, ev, now)
-            for data, ev in recv[(r + 1) % n_ranks].datagrams_to_send(now):
-                nets[r].send(1, data, ev, now)
-        if all(finished) and all(c.idle for c in send):
-            break
-        pending = [t for net in nets if (t := net.next_time()) is not None]
-        pending += [t for c in (*send, *recv) if (t := c.get_timer()) is not None]
-        if not pending:
-            logger.debug("simulated ring stalled at %.6f", now)
-            break
-        nxt = max(now, min(pending))
-        if nxt > time_limit:
-            break
-        now = nxt
-        for r, net in enumerate(nets):
-            for dst, data in net.pop_due(now):
-                (send[r] if dst == 0 else recv[(r + 1) % n_ranks]).receive_datagram(data, now)
-        for c in (*send, *recv):
-            t = c.get_timer()
-            if t is not None and t <= now:
-                c.handle_timer(now)
-
-    completed = all(finished)
-    edges = [
-        {
-            "edge": f"{r}->{(r + 1) % n_ranks}",
-            "sender": send[r].metrics(),
-            "receiver": recv[(r + 1) % n_ranks].metrics(),
-            "network": nets[r].link_stats(),
-        }
-        for r in range(n_ranks)
-    ]
-    return SimAllReduceResult(
-        results=[w.buf.copy() for w in workers],
-        reference=reference,
-        correct=completed and mismatch is None,
-        mismatch=mismatch if completed else (mismatch or {"error": f"not finished within {time_limit} s"}),
-        iteration_times=times,
-        duration=now,
-        completed=completed,
-        edges=edges,
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -298,63 +137,62 @@ class WorkerOptions:
             raise AllReduceError(f"--piece-bytes {self.piece_bytes}: use {DTYPE.itemsize}..{max_piece}")
 
 
-def _tune(sock: socket.socket) -> None:
-    for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
-        except OSError:
-            pass
-    sock.setblocking(False)
+class UdpRingWorker(EventLoop):
+    """Rank ``opts.rank`` of the ring over real sockets: a barrier, the iterations, a short linger.
 
+    The rank's logic is a `RingRank` (transport/ring.py), the same as in the simulation; this class
+    is its I/O: the listen socket for the left neighbour's data, one socket per EV towards the right
+    neighbour, the shared event loop, timeouts and the linger before exiting.
+    """
 
-class UdpRingWorker:
-    """Rank ``opts.rank`` of the ring over real sockets: a barrier, the iterations, a short linger."""
+    role = "allreduce"
 
     def __init__(self, opts: WorkerOptions) -> None:
         opts.validate()
+        super().__init__(opts.config)
         self.opts = opts
         n, r = opts.n_ranks, opts.rank
         self.n = n
         self.rank = r
         self.left = opts.peers[(r - 1) % n]
         self.right = opts.peers[(r + 1) % n]
-        cfg = opts.config
-        cseed = opts.seed * 1000 + 2 * r
-        self.send_conn = Connection(cfg, edge_connection_id(n, opts.seed, r), seed=cseed)
-        self.recv_conn = Connection(cfg, edge_connection_id(n, opts.seed, (r - 1) % n), seed=cseed + 1)
+        self.send_conn, self.recv_conn = rank_connections(opts.config, n, r, opts.seed)
         self._recv_cid = self.recv_conn.connection_id
         self.data = make_input(opts.seed, r, opts.size)
         self.worker = RingWorker(r, n, self.data, opts.iterations, max(1, opts.piece_bytes // DTYPE.itemsize))
-        self.reference: np.ndarray | None = None
-        self.iteration_times: list[float] = []
-        self.correct: bool | None = None
-        self.mismatch: dict | None = None
+        self.ring = RingRank(self.worker)
         self.error: str | None = None
-        self.phase = "setup"
         self.listen: socket.socket | None = None
         self.ev_socks: list[socket.socket] = []
-        self._ep = select.epoll()
-        self._fd_ev: dict[int, int] = {}
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._ep.register(self._wake_r.fileno(), select.EPOLLIN)
-        self._stopping = False
-        self.stop_reason = ""
         self._evaddr: dict[int, Any] = {}
         self._left_addr: Any = None
-        self._iter_start = 0.0
-        self._start_at_mono: float | None = None
-        self._barrier_done_at: float | None = None
-        self._done_at: float | None = None
         self._last_progress = 0.0
         self._last_rx = 0.0
         self.started_unix: float | None = None
-        self.barrier_s: float | None = None
         self.counters = {
             "datagrams_sent": 0, "datagrams_received": 0, "send_errors": 0, "refused": 0,
             "foreign_datagrams": 0, "protocol_errors": 0,
         }
+
+    @property
+    def phase(self) -> Phase:
+        return self.ring.phase
+
+    @property
+    def iteration_times(self) -> list[float]:
+        return self.ring.iteration_times
+
+    @property
+    def correct(self) -> bool | None:
+        return self.ring.correct
+
+    @property
+    def mismatch(self) -> dict | None:
+        return self.ring.mismatch
+
+    @property
+    def barrier_s(self) -> float | None:
+        return self.ring.barrier_s
 
     # -- sockets ----------------------------------------------------------------------------------------
 
@@ -373,9 +211,8 @@ class UdpRingWorker:
             if exc.errno == errno.EADDRINUSE:
                 raise AllReduceError(f"port {port} of peer {self.rank} is in use on this host; pick another") from None
             raise AllReduceError(f"cannot bind {bind}:{port}: {exc.strerror}") from None
-        _tune(s)
+        self._register(s, self._drain_listen)
         self.listen = s
-        self._ep.register(s.fileno(), select.EPOLLIN)
         if self.n == 1:
             return
         sbind = opts.bind or ("::" if rfamily == socket.AF_INET6 else "0.0.0.0")
@@ -393,29 +230,9 @@ class UdpRingWorker:
                     ) from None
                 raise AllReduceError(f"cannot reach right neighbour {self.right[0]}:{self.right[1]}: "
                                      f"{exc.strerror}") from None
-            _tune(es)
-            self._ep.register(es.fileno(), select.EPOLLIN)
-            self._fd_ev[es.fileno()] = ev
+            self._register(es, partial(self._drain_ev, es.recv))
             self.ev_socks.append(es)
         self._sends = [es.send for es in self.ev_socks]
-
-    def close(self) -> None:
-        for s in (*([self.listen] if self.listen else []), *self.ev_socks, self._wake_r, self._wake_w):
-            try:
-                s.close()
-            except OSError:
-                pass
-        self._ep.close()
-
-    def stop(self, reason: str) -> None:
-        """Finish the current turn and return from run(); safe from a signal handler."""
-        if not self._stopping:
-            self.stop_reason = reason
-        self._stopping = True
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
 
     # -- ring events --------------------------------------------------------------------------------------
 
@@ -424,88 +241,27 @@ class UdpRingWorker:
         for m in msgs:
             send(m, now)
 
-    def _begin_allreduce(self, now: float) -> None:
-        if self._barrier_done_at is None:
-            self._barrier_done_at = now
-            self.barrier_s = now - self._t0
-            if self.opts.start_at is not None:
-                self._start_at_mono = now + max(0.0, self.opts.start_at - time.time())
-            else:
-                self._start_at_mono = now
-
-    def _maybe_start(self, now: float) -> None:
-        if self.phase == "barrier" and self._start_at_mono is not None and now >= self._start_at_mono:
-            self.phase = "allreduce"
-            self.started_unix = time.time()
-            self._start_iteration(now)
-
-    def _start_iteration(self, now: float) -> None:
-        self._iter_start = now
-        self._submit(self.worker.start_iteration(), now)
-        self._check_iteration(now)
-
-    def _check_iteration(self, now: float) -> None:
-        w = self.worker
-        while self.phase == "allreduce" and w.iteration_done:
-            self.iteration_times.append(now - self._iter_start)
-            bad = first_mismatch(w.buf, self.reference)  # type: ignore[arg-type]
-            if bad is not None and self.mismatch is None:
-                self.mismatch = {"iteration": w.iteration, **bad}
-                logger.warning("rank %d iteration %d differs from the reference: %s", self.rank, w.iteration, bad)
-            if w.iteration + 1 >= self.opts.iterations:
-                self.correct = self.mismatch is None
-                self.phase = "drain"
-                self._done_at = now
-                return
-            # Iteration time excludes the comparison above, which no other rank waits for.
-            now = time.monotonic()
-            self._iter_start = now
-            self._submit(w.start_iteration(), now)
-
     def _on_message(self, data: bytes, now: float) -> None:
         try:
-            kind = decode_header(data)[0]
-            if kind == KIND_BARRIER:
-                self._on_barrier(decode_header(data)[2], now)
-            elif kind == KIND_DATA:
-                self._submit(self.worker.receive(data), now)
-                self._check_iteration(now)
-            else:
-                raise RingProtocolError(f"unknown message kind {kind}")
+            self._submit(self.ring.receive(data, now), now)
         except RingProtocolError as exc:
             self.counters["protocol_errors"] += 1
             logger.warning("rank %d: dropped a message from %s:%d: %s", self.rank, *self.left, exc)
 
-    def _on_barrier(self, round_no: int, now: float) -> None:
-        # Rank 0 sends round 1 round the ring; when it returns every rank is listening, and round 2
-        # tells each rank (as it forwards it) to start. Rank 0 starts as it sends round 2.
-        if self.rank == 0:
-            if round_no == 1:
-                self._submit([encode_barrier(2)], now)
-                self._begin_allreduce(now)
-            return
-        self._submit([encode_barrier(round_no)], now)
-        if round_no == 2:
-            self._begin_allreduce(now)
+    def _advance(self, now: float) -> None:
+        ready = self.ring.phase is Phase.READY
+        self._submit(self.ring.advance(now), now)
+        if ready and self.ring.phase is not Phase.READY:
+            self.started_unix = time.time()
 
     # -- loop -------------------------------------------------------------------------------------------
 
-    def _drain_listen(self, now: float) -> None:
-        recvfrom = self.listen.recvfrom  # type: ignore[union-attr]
-        size = max(65535, self.opts.config.mtu + 64)
+    def _drain_listen(self, now: float) -> int:
+        batch, n = read_batch(self.listen.recvfrom, self._recv_size)  # type: ignore[union-attr]
         receive = self.recv_conn.receive_datagram
         cid = self._recv_cid
         evaddr = self._evaddr
-        n = 0
-        while n < RECV_BATCH:
-            try:
-                data, addr = recvfrom(size)
-            except BlockingIOError:
-                break
-            except OSError:
-                n += 1
-                continue
-            n += 1
+        for data, addr in batch:
             if len(data) < wire.CONN_ID_OFFSET + 4 or wire.read_conn_id(data) != cid:
                 self.counters["foreign_datagrams"] += 1
                 continue
@@ -517,14 +273,15 @@ class UdpRingWorker:
         if n:
             self.counters["datagrams_received"] += n
             self._last_rx = now
+        return n
 
-    def _drain_ev(self, fd: int, now: float) -> None:
-        sock_recv = self.ev_socks[self._fd_ev[fd]].recv
+    def _drain_ev(self, sock_recv: Callable[[int], bytes], now: float) -> int:
         receive = self.send_conn.receive_datagram
+        size = self._recv_size
         n = 0
         while n < RECV_BATCH:
             try:
-                data = sock_recv(65535)
+                data = sock_recv(size)
             except BlockingIOError:
                 break
             except ConnectionRefusedError:
@@ -535,6 +292,7 @@ class UdpRingWorker:
             n += 1
             receive(data, now)
         self.counters["datagrams_received"] += n
+        return n
 
     def _flush(self, now: float) -> None:
         out = self.send_conn.datagrams_to_send(now)
@@ -575,27 +333,29 @@ class UdpRingWorker:
         while (event := send.next_event()) is not None:
             if isinstance(event, MessageAcked):
                 self._last_progress = now
-        self._maybe_start(now)
+        # The clock is read again: comparing an iteration with the reference takes time that no
+        # other rank waits for, so the next iteration starts (and its time counts) from its end.
+        self._advance(time.monotonic())
         self._flush(now)
-        wake = None
+        ring = self.ring
+        wake = ring.wake_time()
         for t in (send.get_timer(), recv.get_timer()):
             if t is not None and (wake is None or t < wake):
                 wake = t
-        if self.phase == "barrier" and self._start_at_mono is not None and (wake is None or self._start_at_mono < wake):
-            wake = self._start_at_mono
-        if self.phase == "drain":
+        if ring.phase is Phase.DRAIN:
             # Stay until our data is acknowledged and the left neighbour has gone quiet, so that a
             # lost final ACK can still be repeated for it.
-            quiet_since = max(self._last_rx, self._done_at or now)
-            if send.idle and (now - quiet_since >= self.opts.linger or now - self._done_at >= 10 * self.opts.linger):
-                self.phase = "done"
+            done_at = ring.done_at if ring.done_at is not None else now
+            quiet_since = max(self._last_rx, done_at)
+            if send.idle and (now - quiet_since >= self.opts.linger or now - done_at >= 10 * self.opts.linger):
+                ring.drained()
                 self.stop("done")
                 return None
             limit = quiet_since + self.opts.linger
             if wake is None or limit < wake:
                 wake = limit
-        elif self.phase == "barrier" and self._start_at_mono is not None:
-            self._last_progress = max(self._last_progress, min(now, self._start_at_mono))
+        elif ring.phase is Phase.READY and ring.start_time is not None:
+            self._last_progress = max(self._last_progress, min(now, ring.start_time))
         if now - self._last_progress > self.opts.timeout:
             raise AllReduceError(self._timeout_message())
         limit = self._last_progress + self.opts.timeout + 0.01
@@ -607,10 +367,10 @@ class UdpRingWorker:
         t = self.opts.timeout
         left = f"{self.left[0]}:{self.left[1]}"
         right = f"{self.right[0]}:{self.right[1]}"
-        if self.phase == "barrier":
+        if self.phase is Phase.BARRIER:
             return (f"rank {self.rank}: barrier not complete after {t:g} s (left {left}, right {right}, "
                     f"{self.counters['refused']} refused); start every rank with the same --peers and --seed")
-        if self.phase == "drain":
+        if self.phase is Phase.DRAIN:
             return (f"rank {self.rank}: right neighbour {right} acknowledged nothing for {t:g} s after the "
                     "last iteration")
         got, want = self.worker.progress
@@ -619,54 +379,25 @@ class UdpRingWorker:
 
     def run(self) -> None:
         """Barrier, iterations, linger; raises AllReduceError on timeouts."""
-        self.reference = reference_from_seed(self.n, self.opts.size, self.opts.seed)
+        reference = reference_from_seed(self.n, self.opts.size, self.opts.seed)
         if self.n == 1:
-            self._run_single()
+            # One rank: the ring is empty; iterations only copy the input.
+            now = time.monotonic()
+            self.started_unix = time.time()
+            self.ring.start(now, reference)
+            self.ring.advance(now)
             return
         if self.listen is None:
             self.open()
-        mono = time.monotonic
-        poll = self._ep.poll
-        listen_fd = self.listen.fileno()  # type: ignore[union-attr]
-        wake_fd = self._wake_r.fileno()
-        self._t0 = self._last_progress = mono()
-        self.phase = "barrier"
-        if self.rank == 0:
-            self._submit([encode_barrier(1)], self._t0)
-        while not self._stopping:
-            now = mono()
-            wake = self._turn(now)
-            if self._stopping:
-                break
-            timeout = -1.0 if wake is None else max(0.0, wake - now)
-            if 0 < timeout < SPIN_BELOW:
-                timeout = 0.0
-            ready = poll(timeout)
-            if not ready:
-                continue
-            now = mono()
-            for fd, _ in ready:
-                if fd == listen_fd:
-                    self._drain_listen(now)
-                elif fd == wake_fd:
-                    try:
-                        self._wake_r.recv(64)
-                    except OSError:
-                        pass
-                else:
-                    self._drain_ev(fd, now)
-        self._flush(mono())
-
-    def _run_single(self) -> None:
-        """One rank: the ring is empty; iterations only copy the input."""
-        self.phase = "allreduce"
-        self.started_unix = time.time()
-        self.barrier_s = 0.0
-        self._start_iteration(time.monotonic())
+        now = self._last_progress = time.monotonic()
+        start_at = None if self.opts.start_at is None else now + self.opts.start_at - time.time()
+        self._submit(self.ring.start(now, reference, start_at), now)
+        self._run_loop()
+        self._flush(time.monotonic())
 
     # -- results ----------------------------------------------------------------------------------------
 
-    def results(self) -> dict[str, Any]:
+    def results(self) -> AllreduceMetrics:
         opts = self.opts
         nbytes = opts.size * DTYPE.itemsize
         bound = bandwidth_bound(self.n, nbytes, opts.link_rate_mbps)
@@ -712,144 +443,3 @@ class UdpRingWorker:
                 "config": opts.config.to_dict(),
             },
         }
-
-
-# --------------------------------------------------------------------------------------------------
-# Command line
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def parse_peers(text: str) -> list[tuple[str, int]]:
-    """IP:PORT,IP:PORT,... ([v6]:PORT for IPv6)."""
-    peers = []
-    for item in text.split(","):
-        item = item.strip()
-        host, sep, port_s = item.rpartition(":")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        if not sep or not host or not port_s.isdigit():
-            raise argparse.ArgumentTypeError(f"{item!r} is not IP:PORT; use e.g. 10.0.0.1:7000,10.0.0.2:7000")
-        port = int(port_s)
-        if not 1 <= port <= 65535:
-            raise argparse.ArgumentTypeError(f"port {port} in {item!r} is out of range; use 1-65535")
-        peers.append((host, port))
-    return peers
-
-
-_SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-def count_arg(text: str) -> int:
-    """An element count with an optional K/M/G suffix (powers of 1024): 4096, 256K, 1M."""
-    raw = text.strip().lower()
-    mult = 1
-    if raw and raw[-1] in _SUFFIX:
-        mult, raw = _SUFFIX[raw[-1]], raw[:-1]
-    if not raw.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count; use e.g. 4096, 256K or 1M")
-    return int(raw) * mult
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(
-        prog="python -m transport.allreduce",
-        description="One rank of a ring all-reduce over the fabriclab transport.",
-    )
-    p.add_argument("--rank", type=int, required=True, help="this worker's index in --peers")
-    p.add_argument("--peers", type=parse_peers, required=True,
-                   help="IP:PORT of every rank in ring order; rank r listens on its own port")
-    p.add_argument("--size", type=count_arg, required=True, help="float32 elements (suffix K/M/G allowed)")
-    p.add_argument("--iterations", type=int, default=1)
-    p.add_argument("--policy", choices=["single", "spray", "adaptive"], default="spray", help="path (EV) policy")
-    p.add_argument("--evs", type=int, default=16, help="entropy values = source ports per rank")
-    p.add_argument("--base-port", type=int, default=None,
-                   help=f"first source port (EV 0); default {DEFAULT_BASE_PORT} + {BASE_PORT_STRIDE} * rank")
-    p.add_argument("--recovery", choices=["selective", "gobackn"], default="selective")
-    p.add_argument("--delivery", choices=["unordered", "ordered"], default="unordered")
-    p.add_argument("--cc", choices=["delay", "fixed"], default=TransportConfig.cc, help="congestion control")
-    p.add_argument("--window", type=int, default=TransportConfig.window,
-                   help="packets: the fixed window, or the initial window of --cc delay")
-    p.add_argument("--rto-min", type=float, default=TransportConfig.rto_min, help="seconds: floor of the RTO")
-    p.add_argument("--ack-delay", type=float, default=TransportConfig.ack_delay,
-                   help="seconds an ACK may be held to coalesce it with others (0 = ACK every packet)")
-    p.add_argument("--mtu", type=int, default=TransportConfig.mtu, help="UDP payload bytes per datagram")
-    p.add_argument("--piece-bytes", type=count_arg, default=DEFAULT_PIECE_BYTES,
-                   help="bytes of a chunk per transport message (pieces pipeline round the ring)")
-    p.add_argument("--seed", type=int, default=0, help="inputs are drawn from (seed, rank)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without progress before giving up")
-    p.add_argument("--start-at", type=float, default=None, help="UNIX time to start iteration 1 (after the barrier)")
-    p.add_argument("--link-rate-mbps", type=float, default=None, help="link rate for the bandwidth bound")
-    p.add_argument("--bind", default=None, help="local address to bind (default: all)")
-    p.add_argument("--json-out", default=None, metavar="FILE", help="write the results as JSON (also on SIGTERM)")
-    p.add_argument("-v", "--verbose", action="store_true")
-    return p
-
-
-def _options(args: argparse.Namespace) -> WorkerOptions:
-    config = TransportConfig(
-        path_policy=args.policy, num_evs=args.evs, recovery=args.recovery, delivery=args.delivery, mtu=args.mtu,
-        cc=args.cc, window=args.window, ack_delay=args.ack_delay, rto_min=args.rto_min,
-        rto_max=max(TransportConfig.rto_max, args.rto_min),
-    )
-    return WorkerOptions(
-        rank=args.rank, peers=args.peers, size=args.size, iterations=args.iterations, config=config,
-        base_port=args.base_port, seed=args.seed, timeout=args.timeout, start_at=args.start_at,
-        link_rate_mbps=args.link_rate_mbps, piece_bytes=args.piece_bytes, bind=args.bind,
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    prog = "allreduce"
-    try:
-        worker = UdpRingWorker(_options(args))
-        worker.open()
-    except (AllReduceError, EndpointError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-
-    def on_signal(signum: int, _frame: object) -> None:
-        worker.stop(f"signal {signal.Signals(signum).name}")
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    code = EXIT_OK
-    try:
-        worker.run()
-        if worker.stop_reason.startswith("signal"):
-            worker.error = f"stopped by {worker.stop_reason.removeprefix('signal ')}"
-            code = EXIT_SIGNAL
-        elif not worker.correct:
-            code = EXIT_MISMATCH
-    except (AllReduceError, EndpointError) as exc:
-        worker.error = str(exc)
-        code = EXIT_USAGE
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        results = worker.results()
-        worker.close()
-        if args.json_out:
-            try:
-                write_json(results, args.json_out)
-            except OSError as exc:
-                print(f"{prog}: error: cannot write {args.json_out}: {exc.strerror}", file=sys.stderr)
-                code = code or EXIT_USAGE
-    if worker.error:
-        print(f"{prog}: error: {worker.error}", file=sys.stderr)
-    else:
-        bound = results["bound_s"]
-        extra = f", bound {bound:.4f} s (x{results['ratio_to_bound']:.2f})" if bound else ""
-        verdict = "correct" if results["correct"] else f"MISMATCH {results['mismatch']}"
-        print(f"rank {worker.rank}: {len(worker.iteration_times)} iterations of {results['bytes']} bytes, "
-              f"mean {results['mean_s']:.4f} s{extra}; {verdict}")
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from transport.paths import is_plugin
 from transport.wire import DATA_HEADER_LEN, MAX_PAYLOAD
 
 DELIVERY_MODES = ("unordered", "ordered")
@@ -21,7 +22,7 @@ class TransportConfig:
     mtu: int = 1400  # max UDP payload bytes per datagram (header included)
     delivery: str = "unordered"  # "unordered" (SRD/RUD) | "ordered" (ROD, head-of-line blocking)
     recovery: str = "selective"  # "selective" | "gobackn"
-    path_policy: str = "spray"  # "single" | "spray" | "adaptive"
+    path_policy: str = "spray"  # "single" | "spray" | "adaptive" | "/abs/FILE.py:ClassName" (a plug-in)
     num_evs: int = 16
     cc: str = "delay"  # "delay" (Swift-like AIMD to a target queueing delay, MD on loss) | "fixed"
     window: int = 64  # packets: the fixed window, and the initial window for "delay"
@@ -68,8 +69,8 @@ class TransportConfig:
             raise bad("delivery", f"use one of {', '.join(DELIVERY_MODES)}")
         if self.recovery not in RECOVERY_MODES:
             raise bad("recovery", f"use one of {', '.join(RECOVERY_MODES)}")
-        if self.path_policy not in PATH_POLICIES:
-            raise bad("path_policy", f"use one of {', '.join(PATH_POLICIES)}")
+        if self.path_policy not in PATH_POLICIES and not is_plugin(self.path_policy):
+            raise bad("path_policy", f"use one of {', '.join(PATH_POLICIES)}, or FILE.py:ClassName")
         if not isinstance(self.num_evs, int) or not 1 <= self.num_evs <= 65536:
             raise bad("num_evs", "use an integer from 1 to 65536 (the EV is 16 bits)")
         if self.cc not in CC_ALGORITHMS:

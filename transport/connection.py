@@ -23,7 +23,7 @@ from transport.config import TransportConfig
 from transport.congestion import Pacer, make_cc
 from transport.events import Event, MessageAcked, MessageReceived
 from transport.metrics import Stats
-from transport.paths import make_policy
+from transport.paths import PathPolicy, make_policy
 from transport.reassembly import Reassembler
 from transport.recovery import LossRecovery, RttEstimator, SentPacket
 from transport.wire import (
@@ -103,6 +103,11 @@ class Connection:
         self._peer_limit = min(config.max_window, self._window_psns)
 
     # ------------------------------------------------------------------ API
+
+    @property
+    def path_policy(self) -> PathPolicy:
+        """The policy choosing this connection's EVs (a plug-in's guard has a `fault`)."""
+        return self._policy
 
     @property
     def max_message_size(self) -> int:
@@ -286,6 +291,8 @@ class Connection:
             "cc": self._cc.state(),
             "path_policy": self._policy.state(),
         }
+        # A plug-in policy's first fault (transport.policy_plugin; its state() may be the one), or None.
+        m["path_policy_fault"] = getattr(self._policy, "fault", None)
         return m
 
     # ------------------------------------------------------------------ sender

@@ -168,7 +168,21 @@ class Adaptive:
         return {"penalties": list(self.penalties), "backoff": list(self.backoff)}
 
 
+def is_plugin(name: str) -> bool:
+    """A user's own policy, `FILE.py:ClassName` (transport.policy_plugin), rather than a built-in's name."""
+    return isinstance(name, str) and ".py:" in name
+
+
 def make_policy(name: str, num_evs: int, rng: random.Random) -> PathPolicy:
+    """A built-in policy by name, or a user's plug-in (`FILE.py:ClassName`) behind its guard."""
+    if is_plugin(name):
+        from transport.policy_plugin import make_guarded  # it imports this module
+
+        return make_guarded(name, num_evs, rng)
+    return make_builtin_policy(name, num_evs, rng)
+
+
+def make_builtin_policy(name: str, num_evs: int, rng: random.Random) -> PathPolicy:
     if name == "single":
         return SinglePath(num_evs, rng)
     if name == "spray":

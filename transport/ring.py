@@ -12,16 +12,25 @@ The chunk sent at step g is always the one received at step g-1 (at g = 0 it is 
 each received piece is forwarded as soon as it is processed: pieces pipeline around the ring instead of
 waiting for whole chunks. Chunk c is therefore summed in the rank order c, c+1, ..., c+N-1 (mod N),
 left to right in float32, which is what ``ring_reference`` computes.
+
+``RingWorker`` moves the pieces of one rank; ``RingRank`` runs the rank's whole all-reduce around it
+as a small state table (h11 style): a barrier, the iterations, each checked against the reference, and
+a drain. The real worker (transport/allreduce.py) and the simulated ring both drive ``RingRank``.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import struct
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from transport.config import TransportConfig
+from transport.connection import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +137,18 @@ def decode_header(msg: bytes) -> tuple[int, int, int, int, int]:
     if version != HEADER_VERSION:
         raise RingProtocolError(f"header version {version}, expected {HEADER_VERSION}")
     return kind, step, iteration, chunk, offset
+
+
+def edge_connection_id(n_ranks: int, seed: int, sender_rank: int) -> int:
+    """The connection id of the ring edge sender_rank -> sender_rank+1, agreed without talking."""
+    return zlib.crc32(f"fabriclab-allreduce:{n_ranks}:{seed}:{sender_rank}".encode()) or 1
+
+
+def rank_connections(config: TransportConfig, n_ranks: int, rank: int, seed: int) -> tuple[Connection, Connection]:
+    """Rank ``rank``'s two transport connections: to its right neighbour and from its left one."""
+    send = Connection(config, edge_connection_id(n_ranks, seed, rank), seed=seed * 1000 + 2 * rank)
+    recv = Connection(config, edge_connection_id(n_ranks, seed, (rank - 1) % n_ranks), seed=seed * 1000 + 2 * rank + 1)
+    return send, recv
 
 
 @dataclass(eq=False)
@@ -252,3 +273,177 @@ class RingWorker:
         if g + 1 < self._steps:
             return [self._piece(g + 1, c, off)]
         return []
+
+
+# --------------------------------------------------------------------------------------------------
+# One rank's whole run: barrier, iterations, drain
+
+
+class Phase(enum.StrEnum):
+    """Where a rank is in its run (the value is what results files report)."""
+
+    SETUP = "setup"  # not started
+    BARRIER = "barrier"  # waiting for every rank to listen
+    READY = "ready"  # the barrier is complete; waiting for the start time
+    ALLREDUCE = "allreduce"  # iterations running
+    DRAIN = "drain"  # every iteration done; the right neighbour still has to acknowledge our data
+    DONE = "done"
+
+
+class RankEvent(enum.Enum):
+    """What moves a rank from one phase to the next."""
+
+    START = "start"  # the driver starts the rank
+    BARRIER_PASS = "barrier round 1"  # a rank > 0 passes the first barrier round on
+    BARRIER_COMPLETE = "barrier complete"  # the last round reached this rank: everyone listens
+    BARRIER_ECHO = "barrier echo"  # rank 0 sees the last round come back round the ring
+    DATA = "data"  # a piece of the array from the left neighbour
+    GO = "start time"  # the start time has come: iteration 1 starts
+    LAST_ITERATION = "last iteration done"
+    DRAINED = "drained"  # the driver saw the right neighbour acknowledge everything
+
+
+# The rank's allowed transitions, h11 style: phase -> {event: next phase}. Anything else is an error.
+# Data may arrive before this rank starts its first iteration (the left neighbour started earlier);
+# the RingWorker keeps it until then. Rank 0's last barrier round comes back whenever the ring is
+# done with it, even after the iterations.
+TRANSITIONS: dict[Phase, dict[RankEvent, Phase]] = {
+    Phase.SETUP: {RankEvent.START: Phase.BARRIER},
+    Phase.BARRIER: {
+        RankEvent.BARRIER_PASS: Phase.BARRIER,
+        RankEvent.BARRIER_COMPLETE: Phase.READY,
+        RankEvent.DATA: Phase.BARRIER,
+    },
+    Phase.READY: {RankEvent.GO: Phase.ALLREDUCE, RankEvent.BARRIER_ECHO: Phase.READY, RankEvent.DATA: Phase.READY},
+    Phase.ALLREDUCE: {
+        RankEvent.LAST_ITERATION: Phase.DRAIN,
+        RankEvent.BARRIER_ECHO: Phase.ALLREDUCE,
+        RankEvent.DATA: Phase.ALLREDUCE,
+    },
+    Phase.DRAIN: {RankEvent.DRAINED: Phase.DONE, RankEvent.BARRIER_ECHO: Phase.DRAIN, RankEvent.DATA: Phase.DRAIN},
+    Phase.DONE: {RankEvent.BARRIER_ECHO: Phase.DONE, RankEvent.DATA: Phase.DONE},
+}
+
+
+class RingStateError(RingProtocolError):
+    """An event the rank's phase does not allow."""
+
+
+@dataclass(eq=False)
+class RingRank:
+    """One rank's whole all-reduce, sans-I/O: the barrier, the iterations of its `RingWorker`, the drain.
+
+    The barrier: rank 0 sends round 1 round the ring; when it returns every rank is listening, and
+    round 2 tells each rank (as it passes it on) to start. Rank 0 starts as it sends round 2. A rank
+    then starts iteration 1 at ``start_at`` (in the driver's clock) if given, else at once. Each
+    iteration's result is compared with the reference; after the last one the rank drains until the
+    driver reports (``drained``) that the right neighbour has acknowledged everything.
+
+    ``start``, ``receive`` and ``advance`` return the messages to send to the right neighbour, in
+    order; ``advance(now)`` starts what is due by ``now`` (iteration 1 at the start time, the next
+    iteration after one completes), so a driver whose clock moves on while it compares an iteration
+    with the reference can start the next one at the time the comparison ended.
+    """
+
+    worker: RingWorker
+    # Only the table moves the phase; the rest is filled in as the run goes.
+    phase: Phase = field(default=Phase.SETUP, init=False)
+    reference: np.ndarray | None = field(default=None, init=False)
+    started: float | None = field(default=None, init=False)  # when start() was called
+    start_time: float | None = field(default=None, init=False)  # iteration 1 (known after the barrier)
+    barrier_s: float | None = field(default=None, init=False)
+    done_at: float | None = field(default=None, init=False)  # when the last iteration completed
+    iteration_times: list[float] = field(default_factory=list, init=False)
+    mismatch: dict | None = field(default=None, init=False)  # the first difference: {"iteration", ...}
+    correct: bool | None = field(default=None, init=False)  # known after the last iteration
+    _start_at: float | None = field(default=None, init=False)
+    _iteration_start: float = field(default=0.0, init=False)
+    _next_due: bool = field(default=False, init=False)  # an iteration is done and the next not started
+
+    def _fire(self, event: RankEvent) -> None:
+        try:
+            self.phase = TRANSITIONS[self.phase][event]
+        except KeyError:
+            raise RingStateError(
+                f"rank {self.worker.rank}: {event.value} is not allowed in phase {self.phase.value}"
+            ) from None
+
+    def start(self, now: float, reference: np.ndarray, start_at: float | None = None) -> list[bytes]:
+        """Start the barrier; ``reference`` is the array every iteration must reproduce."""
+        self._fire(RankEvent.START)
+        self.reference = reference
+        self.started = now
+        self._start_at = start_at
+        if self.worker.n_ranks == 1:
+            self._barrier_complete(now)  # nobody to wait for
+            return []
+        return [encode_barrier(1)] if self.worker.rank == 0 else []
+
+    def receive(self, msg: bytes, now: float) -> list[bytes]:
+        """Handle one message from the left neighbour; RingProtocolError if it cannot be ours now."""
+        kind, _, round_no, _, _ = decode_header(msg)
+        if kind == KIND_BARRIER:
+            return self._on_barrier(round_no, now)
+        if kind != KIND_DATA:
+            raise RingProtocolError(f"unknown message kind {kind}")
+        self._fire(RankEvent.DATA)
+        out = self.worker.receive(msg)
+        self._check_iteration(now)
+        return out
+
+    def _on_barrier(self, round_no: int, now: float) -> list[bytes]:
+        if round_no not in (1, 2):
+            raise RingProtocolError(f"barrier round {round_no}: there are two")
+        if self.worker.rank == 0:
+            if round_no == 2:
+                self._fire(RankEvent.BARRIER_ECHO)
+                return []
+            self._barrier_complete(now)
+            return [encode_barrier(2)]
+        if round_no == 1:
+            self._fire(RankEvent.BARRIER_PASS)
+        else:
+            self._barrier_complete(now)
+        return [encode_barrier(round_no)]
+
+    def _barrier_complete(self, now: float) -> None:
+        self._fire(RankEvent.BARRIER_COMPLETE)
+        self.barrier_s = now - (self.started or 0.0)
+        self.start_time = now if self._start_at is None else max(now, self._start_at)
+
+    def wake_time(self) -> float | None:
+        """When ``advance`` next has something to do by the clock alone (the start time), if ever."""
+        return self.start_time if self.phase is Phase.READY else None
+
+    def advance(self, now: float) -> list[bytes]:
+        """Start iteration 1 once the start time has come, and the next iteration once one is done."""
+        out: list[bytes] = []
+        if self.phase is Phase.READY and self.start_time is not None and now >= self.start_time:
+            self._fire(RankEvent.GO)
+            self._next_due = True
+        while self._next_due and self.phase is Phase.ALLREDUCE:
+            self._next_due = False
+            self._iteration_start = now
+            out.extend(self.worker.start_iteration())
+            self._check_iteration(now)  # an iteration with nothing to receive is done at once
+        return out
+
+    def _check_iteration(self, now: float) -> None:
+        w = self.worker
+        if self.phase is not Phase.ALLREDUCE or self._next_due or not w.iteration_done:
+            return
+        self.iteration_times.append(now - self._iteration_start)
+        bad = first_mismatch(w.buf, self.reference)  # type: ignore[arg-type]
+        if bad is not None and self.mismatch is None:
+            self.mismatch = {"iteration": w.iteration, **bad}
+            logger.warning("rank %d iteration %d differs from the reference: %s", w.rank, w.iteration, bad)
+        if w.iteration + 1 >= w.iterations:
+            self.correct = self.mismatch is None
+            self.done_at = now
+            self._fire(RankEvent.LAST_ITERATION)
+        else:
+            self._next_due = True
+
+    def drained(self) -> None:
+        """The right neighbour has acknowledged everything this rank sent: the rank is done."""
+        self._fire(RankEvent.DRAINED)

@@ -3,9 +3,10 @@
 Each path has, per direction, a drop-tail queue in front of a serialising link (rate, propagation
 delay) and seeded impairments: random loss, duplication, corruption (one flipped bit), extra
 random delay (reordering) and down intervals in which everything sent is dropped. A datagram's EV
-picks its path (``ev % len(paths)``), ACKs likewise. ``run_transfer`` drives two Connections over it
-with the loop of any sans-I/O driver: deliver due datagrams, fire due timers, drain what to send.
-Everything is deterministic for a given seed.
+picks its path (``ev % len(paths)``), ACKs likewise. ``drive`` runs any number of Connections over
+such networks with the loop of any sans-I/O driver (handle events, drain what to send, deliver due
+datagrams, fire due timers); ``run_transfer`` uses it for two Connections, the simulated all-reduce
+for a whole ring. Everything is deterministic for a given seed.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ import heapq
 import logging
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from transport.config import TransportConfig
 from transport.connection import Connection, MessageAcked, MessageReceived
+from transport.headers import ETHERNET_HEADER, IP_UDP_HEADERS
 
 logger = logging.getLogger(__name__)
 
 # Bytes of Ethernet + IPv4 + UDP overhead added to each datagram when computing serialisation time.
-WIRE_OVERHEAD = 14 + 20 + 8
+WIRE_OVERHEAD = ETHERNET_HEADER + IP_UDP_HEADERS
 
 
 @dataclass
@@ -152,9 +154,8 @@ class TransferResult:
 
 
 def drive(
-    a: Connection,
-    b: Connection,
-    net: SimNetwork,
+    conns: Sequence[Connection],
+    nets: Sequence[tuple[SimNetwork, int, int]],
     *,
     done: Callable[[], bool],
     time_limit: float,
@@ -162,21 +163,32 @@ def drive(
     check: Callable[[float], None] | None = None,
     start: float = 0.0,
 ) -> float:
-    """Run the event loop until ``done()`` or the virtual clock passes ``time_limit``; returns the time."""
-    conns = (a, b)
+    """Run the loop of any sans-I/O driver over simulated networks until ``done()`` or the virtual
+    clock passes ``time_limit``; returns the time.
+
+    ``nets`` lists each network with the indices in ``conns`` of its endpoints 0 and 1. Every turn
+    hands each connection's events to ``on_event(index, event, now)`` first, so that what it submits
+    leaves in the same turn, then sends what is due, calls ``check(now)`` and asks ``done()``; then
+    the clock moves to the next delivery or timer, which are delivered and fired.
+    """
+    ends = [(net, conns[a], conns[b]) for net, a, b in nets]
     now = start
     while True:
-        for side, conn in enumerate(conns):
-            for data, ev in conn.datagrams_to_send(now):
-                net.send(side, data, ev, now)
+        for i, conn in enumerate(conns):
             while (event := conn.next_event()) is not None:
                 if on_event is not None:
-                    on_event(side, event, now)
+                    on_event(i, event, now)
+        for net, a, b in ends:
+            for data, ev in a.datagrams_to_send(now):
+                net.send(0, data, ev, now)
+            for data, ev in b.datagrams_to_send(now):
+                net.send(1, data, ev, now)
         if check is not None:
             check(now)
         if done():
             return now
-        times = [t for t in (net.next_time(), a.get_timer(), b.get_timer()) if t is not None]
+        times = [t for net, _, _ in ends if (t := net.next_time()) is not None]
+        times += [t for conn in conns if (t := conn.get_timer()) is not None]
         if not times:
             logger.debug("simulation stalled at %.6f: nothing scheduled", now)
             return now
@@ -184,8 +196,9 @@ def drive(
         if nxt > time_limit:
             return now
         now = nxt
-        for dst, data in net.pop_due(now):
-            conns[dst].receive_datagram(data, now)
+        for net, a, b in ends:
+            for dst, data in net.pop_due(now):
+                (b if dst else a).receive_datagram(data, now)
         for conn in conns:
             t = conn.get_timer()
             if t is not None and t <= now:
@@ -238,7 +251,7 @@ def run_transfer(
 
     n = len(messages)
     end = drive(
-        a, b, net, done=lambda: len(acked) >= n and len(delivered) >= n, time_limit=time_limit,
+        (a, b), [(net, 0, 1)], done=lambda: len(acked) >= n and len(delivered) >= n, time_limit=time_limit,
         on_event=on_event, check=check,
     )
     completed = len(acked) >= n and len(delivered) >= n

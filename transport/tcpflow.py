@@ -6,13 +6,14 @@ its side and waits for the receiver to close the connection, which the receiver 
 read up to EOF: the sender sees completion when that FIN arrives, half a round trip after the last byte
 reached the receiver (as a message-based sender sees its last ACK).
 
-    python -m transport.tcpflow recv --port P [--bind ADDR] [--json-out F] [--ready-file F]
-    python -m transport.tcpflow send --to HOST:PORT --bytes N [--cport P] [--hold] [--json-out F] ...
+    python -m transport tcpflow recv --port P [--bind ADDR] [--json-out F] [--ready-file F]
+    python -m transport tcpflow send --to HOST:PORT --bytes N [--cport P] [--hold] [--json-out F] ...
 
 Both write JSON metrics (--json-out) and a one-line summary on stdout. The receiver accepts one
 connection. The sender binds --cport so that the fabric's ECMP hash of the flow is reproducible; with
 --hold it connects, announces readiness and sends only on SIGUSR1 (SIGTERM/SIGINT: exit 0, nothing sent).
-Exit status: 0 completed, 1 timed out / refused / reset / stopped, 2 bad arguments.
+Exit status: 0 completed, 1 timed out / refused / reset / stopped, 2 bad arguments. The options are
+parsed in cli/tcpflow.py.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from transport.cli import listen_port_arg, parse_destination, positive_float, positive_size
 from transport.endpoint import write_json
 
 CHUNK = 64 << 10
@@ -61,7 +61,7 @@ def tcp_info(sock: socket.socket) -> dict[str, int | None]:
             for name, (off, fmt) in _TCPI.items()}
 
 
-def _add(bins: list[float], t0: float, t1: float, amount: float) -> None:
+def add_to_bins(bins: list[float], t0: float, t1: float, amount: float) -> None:
     """Spread `amount` over the BIN_S bins covering [t0, t1] (seconds since the flow started), in
     proportion to the overlap: samples are taken between writes, not exactly at bin edges."""
     if t1 <= t0:
@@ -96,7 +96,8 @@ def _ready(path: str | None) -> None:
     write_json({"pid": os.getpid(), "t": time.monotonic()}, path)
 
 
-def _recv(args: argparse.Namespace) -> int:
+def receive(args: argparse.Namespace) -> int:
+    """`tcpflow recv`: accept one connection, read to EOF, close; write the metrics. Exit status."""
     try:
         # create_server sets SO_REUSEADDR, so a rerun can listen while the last flow is in TIME_WAIT.
         lsock = socket.create_server((args.bind, args.port), backlog=1)
@@ -137,7 +138,7 @@ def _recv(args: argparse.Namespace) -> int:
                     if not total:
                         first = now
                     last, total = now, total + n
-                    _add(bins, now - first, now - first, n)
+                    add_to_bins(bins, now - first, now - first, n)
             # Closed before the metrics are written: the sender's completion is this close.
             m.update(completed=True, stop_reason="completed")
     except (FlowError, OSError) as exc:
@@ -200,7 +201,7 @@ def _flow(sock: socket.socket, n: int, timeout: float, m: dict[str, Any]) -> Non
         acked = tcp_info(sock)["bytes_acked"]
         if acked is not None:
             acked = min(acked, base + n)
-            _add(bins, prev_t, now - start, acked - prev_acked)
+            add_to_bins(bins, prev_t, now - start, acked - prev_acked)
             prev_t, prev_acked = now - start, acked
 
     try:
@@ -237,7 +238,8 @@ def _flow(sock: socket.socket, n: int, timeout: float, m: dict[str, Any]) -> Non
                  series_bps=_bps(bins), cpu_run_s=time.process_time() - cpu0)
 
 
-def _send(args: argparse.Namespace) -> int:
+def send(args: argparse.Namespace) -> int:
+    """`tcpflow send`: send --bytes, done when the receiver has closed; write the metrics. Exit status."""
     host, port = args.to
     m: dict[str, Any] = {"role": "sender", "destination": f"{host}:{port}", "bytes": args.bytes,
                          "completed": False, "bin_s": BIN_S, "series_bps": [], **dict.fromkeys((
@@ -270,47 +272,3 @@ def _send(args: argparse.Namespace) -> int:
     print(f"sent {args.bytes} bytes to {host}:{port} in {m['duration_s']:.3f} s: "
           f"{m['goodput_bps'] / 1e6:.2f} Mb/s, {m['retransmissions']} retransmissions")
     return 0
-
-
-def _destination(text: str) -> tuple[str, int]:
-    stripped = text.strip()
-    if not (stripped.count(":") == 1 or "]:" in stripped):
-        raise argparse.ArgumentTypeError(f"{text!r} has no port; use HOST:PORT")
-    return parse_destination(stripped)
-
-
-class _Parser(argparse.ArgumentParser):
-    """Argument errors as one line naming the option and the fix, not usage + error."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m transport.tcpflow", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-    recv = sub.add_parser("recv", help="accept one connection, read to EOF, close")
-    recv.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    recv.add_argument("--port", type=listen_port_arg, required=True, help="TCP port (0: any)")
-    recv.add_argument("--timeout", type=positive_float, default=60.0, help="give up after S s (default 60)")
-    send = sub.add_parser("send", help="send N bytes; done when the receiver has closed")
-    send.add_argument("--to", type=_destination, required=True, metavar="HOST:PORT")
-    send.add_argument("--bytes", type=positive_size, required=True, metavar="N", help="e.g. 300000, 64K, 2M")
-    send.add_argument("--cport", type=listen_port_arg, default=0, help="local port, for a fixed ECMP hash (0: any)")
-    send.add_argument("--bind", default=None, help="local address (default: any)")
-    send.add_argument("--hold", action="store_true", help="connect, announce readiness, send on SIGUSR1")
-    send.add_argument("--timeout", type=positive_float, default=120.0,
-                      help="connecting and the transfer each get at most S s (default 120)")
-    for p in (recv, send):
-        p.add_argument("--json-out", metavar="FILE", help="write JSON metrics here")
-        p.add_argument("--ready-file", metavar="FILE", help="create once the socket is open (connected)")
-    args = parser.parse_args(argv)
-    try:
-        return _recv(args) if args.cmd == "recv" else _send(args)
-    except FlowError as exc:
-        print(f"tcpflow {args.cmd}: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

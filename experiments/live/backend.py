@@ -26,8 +26,10 @@ from typing import Any, Protocol
 from experiments import analysis
 from experiments.live.controls import MODES, POLICIES
 from experiments.live.state import path_hops
-from experiments.live.workload import BASE_PORT, WORKLOADS, Workload, plan_pairs
+from experiments.live.workload import WORKLOADS, Workload, plan_pairs
 from topologies import Topology, equal_cost_paths
+from transport.addressing import DEFAULT_BASE_PORT
+from transport.paths import is_plugin
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +154,7 @@ class FakeBackend:
                  workload: str = "permutation", seed: int = 1, startup_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  noise: float = 0.02) -> None:
-        if mode not in MODES or policy not in POLICIES or workload not in WORKLOADS:
+        if mode not in MODES or (policy not in POLICIES and not is_plugin(policy)) or workload not in WORKLOADS:
             raise ValueError(f"bad mode/policy/workload: {mode}/{policy}/{workload}")
         self.topology = topology
         self.mode = mode
@@ -289,12 +291,13 @@ class FakeBackend:
             self._packets[hop] = self._packets.get(hop, 0.0) + bps * dt / 8 / 1400
 
     def _evs(self, flow: int, paths: list[list[str]], src: str, dst: str) -> list[int]:
-        """Path index of each entropy value the flow sends on."""
+        """Path index of each entropy value the flow sends on. A user's own policy (--path-policy) is
+        drawn as spray: the fake cannot run it against the counters it makes up."""
         evs = [0] if self.policy == "single" else list(range(EVS))
         n = len(paths)
         picks = []
         for ev in evs:
-            port = BASE_PORT + 16 * flow + ev
+            port = DEFAULT_BASE_PORT + 16 * flow + ev
             if self.mode == "ecmp":
                 picks.append(_hash(self.seed, src, dst, port) % n)
             elif self.mode == "spray":

@@ -13,7 +13,6 @@ Runs `fabriclab live --port 0` as a child process and reads its event stream the
 from __future__ import annotations
 
 import json
-import os
 import signal
 import statistics
 import subprocess
@@ -24,15 +23,11 @@ import urllib.request
 from itertools import pairwise
 from typing import Any
 
+from emulator import cpu
+from transport.metrics import percentile
+
 BRING_UP_TIMEOUT_S = 180.0
 IDLE_UTIL = 0.02
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    # fields[0] is the state (field 3); utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _get(url: str) -> Any:
@@ -47,11 +42,16 @@ def _post(url: str, body: dict[str, Any]) -> Any:
         return json.loads(resp.read())
 
 
+def _cpu_seconds(proc: subprocess.Popen) -> float:
+    seconds = cpu.process_cpu_seconds(proc.pid)
+    if seconds is None:
+        raise RuntimeError("fabriclab live exited during the bench")
+    return seconds
+
+
 def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    return round(values[min(len(values) - 1, int(q / 100 * len(values)))], 2)
+    value = percentile(values, q, interpolate=False)
+    return None if value is None else round(value, 2)
 
 
 class _Follower(threading.Thread):
@@ -78,7 +78,7 @@ class _Follower(threading.Thread):
 
 
 def run_live_bench(topo: str, fake: bool = False, seconds: float = 20.0) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "experiments.cli", "live", "--port", "0", "--topo", topo]
+    cmd = [sys.executable, "-m", "cli", "live", "--port", "0", "--topo", topo]
     if fake:
         cmd.append("--fake")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -98,7 +98,7 @@ def run_live_bench(topo: str, fake: bool = False, seconds: float = 20.0) -> dict
         follower = _Follower(url)
         follower.start()
         time.sleep(2.0)  # let the stream settle and the counters fill
-        cpu0, wall0 = _cpu_seconds(proc.pid), time.monotonic()
+        cpu0, wall0 = _cpu_seconds(proc), time.monotonic()
         first = len(follower.messages)
         time.sleep(seconds / 2)
         state = _get(url + "api/state")
@@ -109,7 +109,7 @@ def run_live_bench(topo: str, fake: bool = False, seconds: float = 20.0) -> dict
         _post(url + "api/link", {"link": busiest["name"], "up": False})
         t_cut_done = time.time()
         time.sleep(seconds / 2)
-        cpu1, wall1 = _cpu_seconds(proc.pid), time.monotonic()
+        cpu1, wall1 = _cpu_seconds(proc), time.monotonic()
         _post(url + "api/link", {"link": busiest["name"], "up": True})
         follower.stopping = True
         msgs = follower.messages[first:]

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from topologies import Topology
+from transport.config import PATH_POLICIES
 
 MODES = ("ecmp", "spray", "single")  # routing modes of the controller offered live
-POLICIES = ("single", "spray", "adaptive")  # the transport's path policies
+POLICIES = PATH_POLICIES  # the transport's path policies
 KINDS = ("mode", "policy", "link", "loss")
 
 
@@ -68,8 +69,8 @@ def _choice(body: dict[str, Any], key: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def parse(kind: str, body: Any, topo: Topology) -> Control:
-    """The control for a JSON body sent to /api/<kind>."""
+def parse(kind: str, body: Any, topo: Topology, policies: tuple[str, ...] = POLICIES) -> Control:
+    """The control for a JSON body sent to /api/<kind>; `policies`: those the session offers."""
     if kind not in KINDS:
         raise ControlError(404, f"no control {kind!r}; there are {', '.join(KINDS)}")
     if not isinstance(body, dict):
@@ -77,7 +78,7 @@ def parse(kind: str, body: Any, topo: Topology) -> Control:
     if kind == "mode":
         return Control("mode", mode=_choice(body, "mode", MODES))
     if kind == "policy":
-        return Control("policy", policy=_choice(body, "policy", POLICIES))
+        return Control("policy", policy=_choice(body, "policy", policies))
     link = resolve_link(topo, body.get("link"))
     if kind == "link":
         up = body.get("up")

@@ -5,7 +5,8 @@ GET  /api/topology      tiers, nodes and links to draw (experiments.live.layout)
 GET  /api/state         everything at once: status, links, metrics, placement, series, events
 GET  /api/stream        server-sent events: a snapshot, then an update per sample (at least 1/s)
 POST /api/mode          {"mode": "ecmp" | "spray" | "single"}
-POST /api/policy        {"policy": "single" | "spray" | "adaptive"}   (restarts the senders)
+POST /api/policy        {"policy": "single" | "spray" | "adaptive" | the --path-policy FILE.py:CLASS}
+                        (restarts the senders)
 POST /api/link          {"link": "leaf1-spine1", "up": false}         (cut; true restores)
 POST /api/loss          {"link": "leaf1-spine1", "loss_pct": 1.5}     (0-100; 0 turns it off)
 
@@ -164,7 +165,7 @@ async def control(request: web.Request) -> web.Response:
     except (ValueError, UnicodeDecodeError):
         return _error(400, "the body is not valid JSON; e.g. " + controls.EXAMPLES.get(kind, "{}"))
     try:
-        c = controls.parse(kind, body, session.topology)
+        c = controls.parse(kind, body, session.topology, session.policies)
         result = await session.control(c)
     except ControlError as exc:
         return _error(exc.status, str(exc))

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from experiments.live.backend import Backend
-from experiments.live.controls import Control, ControlError
+from experiments.live.controls import POLICIES, Control, ControlError
 from experiments.live.layout import layout
 from experiments.live.state import LiveState
 
@@ -43,6 +43,8 @@ class LiveSession:
         self.error: str | None = None
         self.controller = "waiting"  # waiting, ok, lost
         self.controller_detail = ""
+        # The built-in policies, and the user's own when the view started with --path-policy.
+        self.policies = POLICIES if backend.policy in POLICIES else (*POLICIES, backend.policy)
         self.workload: dict[str, Any] = {"kind": backend.workload, "policy": backend.policy, "processes": 0,
                                          "alive": 0, "exited": []}
         self.seq = 0
@@ -198,6 +200,7 @@ class LiveSession:
             "t_counter": self.t_counter, "phase": self.phase, "error": self.error,
             "controller": self.controller, "controller_detail": self.controller_detail,
             "workload": self.workload, "mode": self.backend.mode, "policy": self.backend.policy,
+            "policies": list(self.policies),
             "topology": self.topology.name, "interval": self.interval,
         }
 

@@ -51,6 +51,7 @@ class KeyInput:
 
     links: list[str]
     policy: str = "single"
+    policies: tuple[str, ...] = controls.POLICIES
     prompt: str = ""
     buffer: str = ""
     message: str = ""
@@ -65,7 +66,8 @@ class KeyInput:
         if ch in ("e", "s", "1"):
             return "mode", {"mode": {"e": "ecmp", "s": "spray", "1": "single"}[ch]}
         if ch == "p":
-            nxt = controls.POLICIES[(controls.POLICIES.index(self.policy) + 1) % len(controls.POLICIES)]
+            i = self.policies.index(self.policy) if self.policy in self.policies else -1
+            nxt = self.policies[(i + 1) % len(self.policies)]
             return "policy", {"policy": nxt}
         if ch in ("c", "r", "l"):
             self._pending = {"key": ch}
@@ -197,7 +199,7 @@ def render(msg: dict[str, Any], keys: KeyInput, series: list[dict[str, float]]) 
 
 async def run_tui(session: LiveSession, stop: asyncio.Event) -> int:
     console = Console()
-    keys = KeyInput(numbered_links(session.topology), policy=session.backend.policy)
+    keys = KeyInput(numbered_links(session.topology), policy=session.backend.policy, policies=session.policies)
     series: list[dict[str, float]] = []
     events: dict[int, dict[str, Any]] = {}
     last: dict[str, Any] = session.snapshot()
@@ -226,7 +228,7 @@ async def run_tui(session: LiveSession, stop: asyncio.Event) -> int:
 
     async def apply(kind: str, body: dict[str, Any]) -> None:
         try:
-            c = controls.parse(kind, body, session.topology)
+            c = controls.parse(kind, body, session.topology, session.policies)
             keys.message = f"applying {c.describe()}…"
             redraw()
             await session.control(c)

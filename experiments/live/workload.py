@@ -1,6 +1,6 @@
 """The continuous traffic of the live view, run inside the Mininet hosts and ended by process id.
 
-permutation: every host runs `fabriclab srd recv` and sends one long `fabriclab srd send` to a host
+permutation: every host runs `srd recv` and sends one long `srd send` (`python -m transport`) to a host
 on another leaf (experiments.analysis.derangement_across), each sender from its own base port as
 the experiment runner does, so ECMP hashes flows apart by their ports as well as their addresses.
 allreduce: the transport's ring all-reduce worker on every host for a great many iterations, ranks
@@ -16,7 +16,6 @@ import logging
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -27,12 +26,13 @@ from typing import Any
 from experiments import analysis
 from experiments.live.layout import natural_key
 from topologies import Topology
+from transport import command_line
+from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
+from transport.policy_plugin import sender_args
 
 log = logging.getLogger(__name__)
 
 WORKLOADS = ("permutation", "allreduce")
-SRD_PORT = 7471
-BASE_PORT = 40000  # a multiple of 16: flow i sends from BASE_PORT + 16*i + EV
 FOREVER_S = 7 * 24 * 3600  # senders run until stopped; this only bounds a forgotten one
 MESSAGE_SIZE = 65536
 ALLREDUCE_ELEMENTS = 262_144  # 1 MiB of float32 per rank and iteration
@@ -83,10 +83,6 @@ def ring_order(topo: Topology) -> list[str]:
     return order
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "experiments.cli", *args]
-
-
 def stop_processes(procs: list[Proc], grace: float = 3.0) -> None:
     """SIGTERM each (the endpoints flush on it), then SIGKILL what is left; by process id only."""
     for p in procs:
@@ -130,7 +126,7 @@ class Workload:
     def start(self) -> None:
         if self.kind == "permutation":
             for dst in sorted({d for _, d in self.pairs}, key=natural_key):
-                cmd = _cli("srd", "recv", "--bind", self.fab.ip(dst), "--port", str(SRD_PORT))
+                cmd = command_line("srd", "recv", "--bind", self.fab.ip(dst), "--port", str(DEFAULT_PORT))
                 self.receivers.append(self._popen(dst, "receiver", cmd))
             time.sleep(0.5)  # the receivers bind their sockets first (avoids ICMP unreachable noise)
         self._start_senders()
@@ -139,19 +135,20 @@ class Workload:
         procs = []
         if self.kind == "permutation":
             for i, (src, dst) in enumerate(self.pairs):
-                cmd = _cli("srd", "send", "--to", f"{self.fab.ip(dst)}:{SRD_PORT}", "--policy", self.policy,
-                           "--seed", str(self.seed * 1000 + i), "--base-port", str(BASE_PORT + 16 * i),
-                           "--size", str(MESSAGE_SIZE), "--duration", str(FOREVER_S))
+                cmd = command_line("srd", "send", "--to", f"{self.fab.ip(dst)}:{DEFAULT_PORT}",
+                                   *sender_args(self.policy),
+                                   "--seed", str(self.seed * 1000 + i), "--base-port", str(DEFAULT_BASE_PORT + 16 * i),
+                                   "--size", str(MESSAGE_SIZE), "--duration", str(FOREVER_S))
                 procs.append(self._popen(src, "sender", cmd))
         else:
             ranks = [s for s, _ in self.pairs]
-            peers = ",".join(f"{self.fab.ip(h)}:{SRD_PORT}" for h in ranks)
-            host_rate = min(lk.rate_mbps for h in self.fab.topology.hosts for lk in self.fab.topology.links_of(h.name))
+            peers = ",".join(f"{self.fab.ip(h)}:{DEFAULT_PORT}" for h in ranks)
+            host_rate = analysis.host_rate_mbps(self.fab.topology)
             for r, h in enumerate(ranks):
-                cmd = [sys.executable, "-m", "transport.allreduce", "--rank", str(r), "--peers", peers,
-                       "--size", str(ALLREDUCE_ELEMENTS), "--iterations", str(ALLREDUCE_ITERATIONS),
-                       "--policy", self.policy, "--seed", str(self.seed), "--timeout", "60",
-                       "--link-rate-mbps", f"{host_rate:g}"]
+                cmd = command_line("allreduce", "--rank", str(r), "--peers", peers,
+                                   "--size", str(ALLREDUCE_ELEMENTS), "--iterations", str(ALLREDUCE_ITERATIONS),
+                                   *sender_args(self.policy), "--seed", str(self.seed), "--timeout", "60",
+                                   "--link-rate-mbps", f"{host_rate:g}")
                 procs.append(self._popen(h, "worker", cmd))
         with self._lock:
             self.senders = procs

@@ -48,7 +48,7 @@ from emulator.controller.rules import (
 from emulator.controller.stats import PortTable, link_report
 from topologies.builders import clos, fat_tree, in_server, leaf_spine
 from topologies.model import Link, Node, Topology
-from topologies.paths import equal_cost_paths, link_at, path_count
+from topologies.paths import equal_cost_paths, link_at, next_hops, path_count, routing_table
 from topologies.spec import parse_spec
 
 IPPROTO_TCP = 6
@@ -505,6 +505,51 @@ def test_spray_is_even_on_any_clos_from_any_base_port(shape, data):
     nodes, links = spray_spread(topo, rules, src, dst, base=base)
     assert set(nodes) == {tuple(p) for p in equal_cost_paths(topo, src, dst)}
     assert_even(links, path_count(topo, src, dst))
+
+
+@functools.cache
+def built(shape: tuple) -> Topology:
+    kind, *args = shape
+    return {"leaf-spine": leaf_spine, "in-server": in_server, "fat-tree": fat_tree, "clos": clos}[kind](*args)
+
+
+BUILDER_SHAPES = st.one_of(
+    st.tuples(st.just("leaf-spine"), st.integers(1, 4), st.integers(1, 4), st.integers(1, 3)),
+    st.tuples(st.just("in-server"), st.integers(1, 3), st.integers(1, 4), st.just(100.0), st.just(20.0),
+              st.integers(1, 2)),
+    st.tuples(st.just("fat-tree"), st.sampled_from([2, 4, 6])),
+    st.integers(1, 3).flatmap(lambda spines: st.tuples(
+        st.just("clos"), st.integers(1, 3), st.integers(1, 3), st.just(spines),
+        st.integers(1, 2).map(lambda per_plane: spines * per_plane), st.integers(1, 2))),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=BUILDER_SHAPES, data=st.data())
+def test_controller_next_hops_are_the_topologys_equal_cost_next_hops(shape, data):
+    """The controller's next-hop search (rules.Graph, toward the destination's edge switch) and
+    topologies.paths (toward the host itself) pick the same ports, at every switch for every
+    destination host, on every fabric the builders make, with any links down."""
+    topo = built(shape)
+    down = frozenset(data.draw(st.sets(st.sampled_from(topo.links), max_size=3)))
+    graph = Graph(topo, down)
+    table = routing_table(topo, down)
+    assert {a.host.name for a in graph.attachments} == {h.name for h in topo.hosts}
+    for att in graph.attachments:
+        for sw in topo.switches:
+            if not att.up:
+                controller: tuple[int, ...] = ()
+            elif sw.name == att.switch:
+                controller = (att.port,)
+            else:
+                controller = graph.next_hop_ports(sw.name, att.switch)
+            paths = tuple(sorted({lk.port(sw.name) for lk in table[sw.name][att.host.name]}))
+            assert controller == paths, (sw.name, att.host.name, sorted(lk.name for lk in down))
+    # And through the controller's own entry point, for one switch and host.
+    sw = data.draw(st.sampled_from([s.name for s in topo.switches]))
+    host = data.draw(st.sampled_from([h.name for h in topo.hosts]))
+    assert next_hops_to_host(topo, sw, host, down) == tuple(sorted(lk.port(sw) for lk in next_hops(topo, sw, host,
+                                                                                                       down)))
 
 
 def per_switch(topo: Topology, rules: dict, pairs, **pkt_fields) -> Counter:

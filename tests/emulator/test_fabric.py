@@ -17,6 +17,7 @@ from emulator.network import Fabric
 from emulator.probe import run_probe
 from tests.emulator_helpers import assert_no_leftovers
 from topologies import parse_spec
+from transport import command_line
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -201,7 +202,6 @@ def ping_count(fab: Fabric, src: str, dst: str, n: int) -> int:
 def test_transport_over_real_sockets_sprays_across_spines(ls442, restore_mode, tmp_path):
     """The transport's UDP endpoint in two emulated hosts: all bytes arrive, and in spray mode its EVs
     (source ports) spread the packets over every spine."""
-    import sys
 
     restore_mode(ls442)
     ls442.set_mode("spray")
@@ -210,7 +210,7 @@ def test_transport_over_real_sockets_sprays_across_spines(ls442, restore_mode, t
     from_leaf1 = {s: ls442.topology.links_between("leaf1", s)[0].port(s) for s in spines}
     before = {s: port_rx_packets(s, from_leaf1[s]) for s in spines}
     recv_json, send_json = tmp_path / "recv.json", tmp_path / "send.json"
-    cli = [sys.executable, "-m", "experiments.cli", "srd"]
+    cli = command_line("srd")
     recv = ls442.host("h8").popen([*cli, "recv", "--bind", ls442.ip("h8"), "--expect-bytes", "2M",
                                    "--json-out", str(recv_json)])
     try:

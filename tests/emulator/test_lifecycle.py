@@ -18,7 +18,7 @@ from topologies import parse_spec
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-FABRICLAB = [sys.executable, "-m", "experiments.cli"]
+FABRICLAB = [sys.executable, "-m", "cli"]
 SMALL = "leaf-spine:spines=2,leaves=2,hosts=1,rate=20"
 
 

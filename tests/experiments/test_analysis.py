@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from experiments import analysis
-from experiments.runner import parse_qdisc_drops
 from topologies import parse_spec
 
 
@@ -69,6 +68,33 @@ def test_time_to_recover():
     assert analysis.time_to_recover(times, [10, 10, 0, 0, 0, 0], 0.15, 10) is None
 
 
+def test_flow_recovery_from_a_goodput_series():
+    # 10 Mb/s for 3 s, nothing for 0.5 s after a fault at 3 s, then 10 Mb/s again (0.1 s bins).
+    series = [10e6] * 30 + [0.0] * 5 + [10e6] * 30
+    r = analysis.flow_recovery(series, 0.1, 3.0)
+    assert r["hit"] and r["baseline_bps"] == pytest.approx(10e6)
+    assert r["recovery_s"] == pytest.approx(0.5, abs=0.11)  # smoothing over two bins blurs one bin
+    untouched = analysis.flow_recovery([10e6] * 65, 0.1, 3.0)
+    assert untouched == {"hit": False, "recovery_s": 0.0, "baseline_bps": pytest.approx(10e6)}
+    assert analysis.flow_recovery([], 0.1, 3.0) == {"hit": False, "recovery_s": None, "baseline_bps": None}
+    never = analysis.flow_recovery([10e6] * 30 + [0.0] * 35, 0.1, 3.0)
+    assert never["hit"] and never["recovery_s"] is None
+
+
+def test_path_share_of_a_leafs_uplinks():
+    arm = {"link_series": {"t": [0.0, 0.5, 1.0], "util": {
+        "leaf1->spine1": [0.2, 0.3, 0.0], "leaf1->spine2": [0.6, 0.1, 0.0], "spine1->leaf2": [0.9, 0.9, 0.9]}}}
+    ps = analysis.path_share(arm, "leaf1")
+    assert ps["t"] == [0.0, 0.5, 1.0]
+    assert ps["share"] == {"leaf1->spine1": [0.25, 0.75, 0.0], "leaf1->spine2": [0.75, 0.25, 0.0]}
+    assert analysis.path_share(arm, "leaf2") == {} and analysis.path_share({}, "leaf1") == {}
+
+
+def test_host_rate_is_the_slowest_host_link():
+    assert analysis.host_rate_mbps(parse_spec("leaf-spine:host_rate=4,fabric_rate=6")) == 4
+    assert analysis.host_rate_mbps(parse_spec("in-server:servers=1,gpus=2,gpu_rate=100,nic_rate=20")) == 100
+
+
 def test_link_summary_imbalance_and_hot_links():
     topo = parse_spec("leaf-spine:spines=2,leaves=2,hosts=1,rate=10")
 
@@ -84,17 +110,6 @@ def test_link_summary_imbalance_and_hot_links():
     assert s.utilisation["leaf1->spine1"] == pytest.approx(1.0)
     assert s.link_imbalance == pytest.approx(8.0)  # one of eight fabric directions carries everything
     assert s.hot_links == ["leaf1->spine1"]
-
-
-def test_parse_qdisc_drops():
-    text = (
-        "qdisc htb 5: dev leaf1-eth3 root refcnt 2 r2q 10 default 0x1 direct_packets_stat 0 direct_qlen 1000\n"
-        " Sent 12345 bytes 67 pkt (dropped 3, overlimits 10 requeues 0)\n"
-        " backlog 0b 0p requeues 0\n"
-        "qdisc pfifo 10: dev leaf1-eth3 parent 5:1 limit 100p\n"
-        " Sent 12345 bytes 67 pkt (dropped 3, overlimits 0 requeues 0)\n"
-    )
-    assert parse_qdisc_drops(text) == {"leaf1-eth3": {"sent_packets": 67, "dropped": 3}}
 
 
 def test_heatmap_rows_are_grouped_by_the_tiers_they_join():

@@ -94,7 +94,7 @@ def test_run_with_a_traffic_matrix(tmp_path):
     cm = tmp_path / "small.cm"
     cm.write_text("Nodes 6\nConnections 3\n0->3 id 1 start 0 size 300000\n1->4 id 2 start 0 size 150000\n"
                   "5->2 id 3 start 0 size 300000\n")
-    out = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "ecmp-vs-spray", "--traffic", str(cm),
+    out = subprocess.run([sys.executable, "-m", "cli", "run", "ecmp-vs-spray", "--traffic", str(cm),
                           "--out", str(tmp_path / "results"), "--json", "--no-progress"],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -121,8 +121,17 @@ def test_catalogue_builds_every_experiment_and_scales_faults():
     assert short.seed == 9
 
 
+def test_a_shorter_run_shrinks_an_all_reduce_array_with_a_floor():
+    ar = catalogue.get("allreduce").build()
+    assert catalogue.with_overrides(ar, duration=ar.duration_s / 4).workload.elements == ar.workload.elements // 4
+    tiny = catalogue.with_overrides(ar, duration=0.01).workload
+    assert tiny.elements == catalogue.MIN_COLLECTIVE_ELEMENTS and tiny.iterations == ar.workload.iterations
+    ecmp = catalogue.get("ecmp-vs-spray").build()
+    assert catalogue.with_overrides(ecmp, duration=1).workload == ecmp.workload
+
+
 def test_cli_list_and_report(doc, tmp_path: Path, capsys):
-    from experiments.cli import main
+    from cli.main import main
 
     assert main(["list"]) == 0
     out = capsys.readouterr().out
@@ -132,3 +141,12 @@ def test_cli_list_and_report(doc, tmp_path: Path, capsys):
     assert json.loads(capsys.readouterr().out)["experiment"] == "ecmp-vs-spray"
     assert main(["report", str(tmp_path / "nowhere")]) == 2
     assert main(["run", "no-such-experiment"]) == 2
+
+
+def test_arms_keeps_the_named_arms_in_order_and_names_the_choices_when_wrong():
+    lr = catalogue.get("loss-recovery").build()
+    names = [a.name for a in lr.arms]
+    picked = catalogue.with_overrides(lr, arms=[names[3], names[0]])
+    assert [a.name for a in picked.arms] == [names[0], names[3]]
+    with pytest.raises(catalogue.ArmNotFound, match=f"no arm 'nope'; its arms are {names[0]}"):
+        catalogue.with_overrides(lr, arms=["nope"])

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from experiments import analysis, report, results, runner
+from experiments import analysis, report, results
 from experiments.model import Arm
+from tests.experiments.simulated_endpoints import MESSAGE, sender_record, transfer
 from topologies import parse_spec
-from transport.config import TransportConfig
-from transport.simnet import PathSpec, run_transfer
+from transport.headers import DATA_WIRE_OVERHEAD
+from transport.simnet import PathSpec
 from transport.wire import DATA_HEADER_LEN
-
-MESSAGE = 65536
 
 
 def _topo(rate_mbps: float):
@@ -21,16 +20,8 @@ def _topo(rate_mbps: float):
 
 
 def _sender_json(size: int, path: PathSpec, seed: int = 1) -> dict:
-    """What `fabriclab srd send --bytes SIZE` writes, around a simulated transfer's own metrics. Every
-    message is submitted at time 0, so the last message's completion is the flow's completion time."""
-    cfg = TransportConfig()
-    r = run_transfer(cfg, cfg, [path], total_bytes=size, message_size=MESSAGE, seed=seed)
-    conn = r.sender_metrics
-    fct = conn["sender"]["message_completion"]["max"]
-    acked = conn["sender"]["bytes_acked"]
-    return {"bytes": acked, "duration": fct, "completed": r.completed and acked == size, "stop_reason": "completed",
-            "goodput_bps": 8 * acked / fct, "connection_id": 1, "socket_drops": 0, "completion_times": {},
-            "connection": conn, "config": cfg.to_dict(), "workload": {"total_bytes": size, "size": MESSAGE}}
+    """What `fabriclab srd send --bytes SIZE` writes around a simulated transfer's own metrics."""
+    return dict(sender_record(transfer(size, path, seed), size))
 
 
 def _arm(endpoints: dict, topo, kind: str = "srd") -> dict:
@@ -45,9 +36,9 @@ def _slowdown(size: int, path: PathSpec, topo_rate_mbps: float) -> float:
     return entry["slowdown_mean"]
 
 
-def test_framing_is_the_runners_wire_overhead():
+def test_framing_is_the_transports_wire_overhead():
     f = analysis.srd_framing()
-    assert f.overhead == runner.WIRE_OVERHEAD == DATA_HEADER_LEN + 8 + 20 + 14
+    assert f.overhead == DATA_WIRE_OVERHEAD == DATA_HEADER_LEN + 8 + 20 + 14
     assert f.payload == 1400 - DATA_HEADER_LEN
     # One 64 KiB message: 48 full datagrams and one of 352 bytes, 84 bytes of headers each.
     assert analysis.wire_bytes(MESSAGE, f) == MESSAGE + 49 * 84

@@ -16,7 +16,7 @@ from experiments.traffic import Connection, TrafficError, TrafficMatrix
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "permutation-6.cm"
-FABRICLAB = [sys.executable, "-m", "experiments.cli"]
+FABRICLAB = [sys.executable, "-m", "cli"]
 
 
 def test_the_example_matrix_fits_the_demo_fabric():

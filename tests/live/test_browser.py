@@ -34,7 +34,7 @@ pytestmark = [
 @pytest.fixture
 def live_url(request):
     fake = request.param == "fake"
-    cmd = [sys.executable, "-m", "experiments.cli", "live", "--port", "0"] + (["--fake"] if fake else [])
+    cmd = [sys.executable, "-m", "cli", "live", "--port", "0"] + (["--fake"] if fake else [])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from experiments.cli import main
+from cli.main import main
 
 
 def test_help_explains_the_switches(capsys):
@@ -63,7 +63,7 @@ def test_a_busy_port_is_one_line(capsys):
 
 @pytest.mark.timeout(60)
 def test_fake_run_serves_and_ctrl_c_ends_it():
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "live", "--fake", "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "live", "--fake", "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -80,3 +80,19 @@ def test_fake_run_serves_and_ctrl_c_ends_it():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.timeout(60)
+def test_duration_ends_a_run_on_its_own():
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "cli", "live", "--fake", "--port", "0", "--duration", "2"],
+                         capture_output=True, text=True, timeout=40)
+    assert out.returncode == 0, out.stderr
+    assert "for 2 s;" in out.stdout
+    assert 2.0 <= time.monotonic() - t0 < 30
+
+
+def test_duration_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["live", "--duration", "0"])
+    assert exc.value.code == 2 and "--duration" in capsys.readouterr().err

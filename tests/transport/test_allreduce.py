@@ -9,24 +9,28 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from transport.allreduce import bandwidth_bound, parse_peers, ring_allreduce_simulated
+from cli.args import parse_peers
+from cli.main import main
+from transport import command_line
+from transport.allreduce import UdpRingWorker, WorkerOptions, bandwidth_bound
 from transport.config import TransportConfig
 from transport.ring import (
     RingProtocolError,
     RingWorker,
     chunk_bounds,
     decode_header,
+    encode_barrier,
     make_input,
     reference_from_seed,
     ring_reference,
 )
+from transport.ringsim import ring_allreduce_simulated
 from transport.simnet import PathSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,6 +212,16 @@ def test_simulated_ring_dead_link_is_not_correct() -> None:
 # Real worker processes on 127.0.0.1
 
 
+def test_worker_counts_a_message_its_phase_refuses_and_goes_on() -> None:
+    worker = UdpRingWorker(WorkerOptions(rank=1, peers=[("127.0.0.1", 7000), ("127.0.0.1", 7001)], size=8))
+    try:
+        worker._on_message(encode_barrier(2), 0.0)  # before the worker has started: refused
+        worker._on_message(b"\x01", 0.0)  # not a ring message at all
+        assert worker.counters["protocol_errors"] == 2 and worker.phase == "setup"
+    finally:
+        worker.close()
+
+
 def _free_udp_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -239,7 +253,7 @@ def _free_base(evs: int, taken: set[int]) -> int:
 
 
 def _cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "transport.allreduce", *args]
+    return command_line("allreduce", *args)
 
 
 def _launch_ring(tmp_path: Path, n: int, size: int, iterations: int, extra: list[str] | None = None):
@@ -321,6 +335,36 @@ def _one_line_error(proc: subprocess.CompletedProcess) -> str:
 def test_bad_input_one_line_exit_2(args: list[str], needle: str) -> None:
     proc = subprocess.run(_cmd(*args), cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert needle in _one_line_error(proc)
+
+
+def test_fabriclab_allreduce_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["allreduce", "--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for words in ("--rank", "--peers", "--size", "--piece-bytes", "--json-out", "143"):
+        assert words in out, words
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--rank", "0", "--peers", "127.0.0.1:7000", "--size", "8", "--policy", "random"], "--policy"),
+        (["--rank", "0", "--peers", "127.0.0.1", "--size", "8"], "not IP:PORT"),
+        (["--peers", "127.0.0.1:7000", "--size", "8"], "--rank"),
+        (["--rank", "2", "--peers", "127.0.0.1:7000,127.0.0.1:7001", "--size", "8"], "--rank 2"),
+    ],
+    ids=["bad-policy", "peer-without-port", "no-rank", "rank-out-of-range"],
+)
+def test_fabriclab_allreduce_bad_input_is_one_line_exit_2(args: list[str], needle: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main(["allreduce", *args])
+    except SystemExit as exc:  # argparse's errors
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("fabriclab allreduce: error:") and needle in err, err
 
 
 def test_parse_peers_ipv6() -> None:

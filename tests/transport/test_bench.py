@@ -15,7 +15,7 @@ RATIOS = ("selective_vs_lossless", "gobackn_vs_lossless")
 
 def test_bench_quick_json() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "bench", "transport", "--quick", "--json"],
+        [sys.executable, "-m", "cli", "bench", "transport", "--quick", "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cli import main
-from transport.cli import parse_destination, size_arg
+from cli.args import size_arg
+from cli.main import main
+from cli.srd import parse_destination
+from transport import command_line
 
 ROOT = Path(__file__).resolve().parents[2]
-FABRICLAB = [sys.executable, "-m", "experiments.cli"]
+FABRICLAB = [sys.executable, "-m", "cli"]
 
 
 def _closed_port() -> int:
@@ -93,6 +95,39 @@ def test_bad_input_subprocess_has_no_traceback() -> None:
                           text=True, timeout=60)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_transport_entry_point_is_one_line_on_bad_input() -> None:
+    proc = subprocess.run([*command_line("srd", "send", "--to", "127.0.0.1:0")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m transport srd send: error: argument --to"), lines
+
+
+def test_transport_entry_point_starts_an_endpoint_with_the_transport_alone() -> None:
+    """`python -m transport srd` loads the transport and its argument parsing, nothing of the emulator, the
+    experiments or the other commands: every endpoint in an emulated host pays for its start."""
+    show_modules = ("import json, runpy, sys\n"
+                    "try:\n    runpy.run_module('transport', run_name='__main__', alter_sys=True)\n"
+                    "except SystemExit:\n    pass\n"
+                    "print(json.dumps(sorted(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", show_modules, "srd", "send", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "--request-response" in proc.stdout, proc.stderr
+    loaded = set(json.loads(proc.stdout.splitlines()[-1]))
+    ours = {m for m in loaded if m.split(".")[0] in ("cli", "transport", "emulator", "experiments", "topologies")}
+    assert "transport.endpoint" in ours
+    assert {m.split(".")[0] for m in ours} == {"cli", "transport"}, ours
+    assert {m for m in ours if m.startswith("cli")} == {"cli", "cli.main", "cli.args", "cli.srd"}, ours
+    assert "numpy" not in loaded
+
+
+def test_transport_entry_point_lists_its_commands() -> None:
+    proc = subprocess.run(command_line("--help"), cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    for cmd in ("srd", "allreduce", "tcpflow"):
+        assert cmd in proc.stdout
 
 
 @pytest.mark.parametrize("cmd,words", [

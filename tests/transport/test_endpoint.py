@@ -28,7 +28,7 @@ from transport.endpoint import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-FABRICLAB = [sys.executable, "-m", "experiments.cli"]
+FABRICLAB = [sys.executable, "-m", "cli"]
 
 
 class ReceiverThread:

@@ -134,7 +134,7 @@ def test_garbage_mixed_into_a_transfer_leaves_it_exact() -> None:
         if side == 1:
             got.append((ev.msg_id, ev.data))  # type: ignore[attr-defined]
 
-    drive(a, b, net, done=lambda: len(got) == len(msgs) and a.idle and b.idle, time_limit=30,
+    drive((a, b), [(net, 0, 1)], done=lambda: len(got) == len(msgs) and a.idle and b.idle, time_limit=30,
           on_event=on_event, check=inject)
     assert sorted(got) == list(enumerate(msgs))
     # Every piece of garbage is counted as dropped, or as a duplicate when its PSN is an old one.

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from transport.config import TransportConfig
-from transport.metrics import GoodputSeries, Stats, percentiles
+from transport.metrics import GoodputSeries, Stats, percentile, percentiles, quantiles
+from transport.sender import summarize
 from transport.simnet import PathSpec, run_transfer
 
 
@@ -58,3 +62,31 @@ def test_connection_metrics_are_json_and_complete() -> None:
     assert rv["peak_reassembly_bytes"] > 0 and rv["reassembly_bytes"] == 0
     assert sum(rv["goodput"]["bps"]) * rv["goodput"]["bin"] / 8 == pytest.approx(500_000)
     assert r.receiver_metrics["state"]["cwnd"] > 0 and "config" in r.sender_metrics
+
+
+@given(st.lists(st.one_of(st.none(), st.floats(-1e6, 1e6)), max_size=40), st.floats(0, 100))
+def test_interpolated_percentile_is_numpys_and_leaves_out_none(values: list[float | None], q: float) -> None:
+    present = [v for v in values if v is not None]
+    got = percentile(values, q)
+    if not present:
+        assert got is None
+    else:
+        assert got == float(np.percentile(np.asarray(present), q))
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=40), st.sampled_from([0, 50, 90, 99, 99.9, 100]))
+def test_rank_percentile_is_the_value_at_rank_floor_q_n(values: list[float], q: float) -> None:
+    ordered = sorted(values)
+    got = percentile(values, q, interpolate=False)
+    assert got == ordered[min(len(values) - 1, int(q / 100 * len(values)))]
+    assert got in values
+
+
+def test_quantiles_and_the_endpoints_completion_summary() -> None:
+    assert quantiles([], (50,)) is None and quantiles([None], (50,), interpolate=False) is None
+    assert quantiles([4.0, 1.0, 3.0, 2.0], (0, 50, 100)) == [1.0, 2.5, 4.0]
+    assert quantiles([4.0, 1.0, 3.0, 2.0], (0, 50, 100), interpolate=False) == [1.0, 3.0, 4.0]
+    # The endpoint's completion times take the value at the rank, not an interpolation.
+    s = summarize([0.4, 0.1, 0.3, 0.2])
+    assert (s["min"], s["p50"], s["p90"], s["p99"], s["max"]) == (0.1, 0.3, 0.4, 0.4, 0.4)
+    assert summarize([]) == {"count": 0}

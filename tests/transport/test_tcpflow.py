@@ -1,4 +1,4 @@
-"""`python -m transport.tcpflow`: sized TCP flows over loopback, timed until the receiver holds every byte."""
+"""`python -m transport tcpflow`: sized TCP flows over loopback, timed until the receiver holds every byte."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from transport.tcpflow import BIN_S, _add, tcp_info
+from transport import command_line
+from transport.tcpflow import BIN_S, add_to_bins, tcp_info
 
-CMD = [sys.executable, "-m", "transport.tcpflow"]
+CMD = command_line("tcpflow")
 
 
 def free_port() -> int:
@@ -190,7 +190,7 @@ def test_tcp_info_reads_loopback_fields() -> None:
 
 def test_samples_spread_over_bins_by_overlap() -> None:
     bins: list[float] = []
-    _add(bins, 0.05, 0.25, 400.0)
+    add_to_bins(bins, 0.05, 0.25, 400.0)
     assert bins == pytest.approx([100.0, 200.0, 100.0])
-    _add(bins, 0.31, 0.31, 10.0)
+    add_to_bins(bins, 0.31, 0.31, 10.0)
     assert bins == pytest.approx([100.0, 200.0, 100.0, 10.0])

@@ -203,7 +203,7 @@ function setPill(id, text, cls) {
 function renderStatus(msg) {
   const phaseText = { starting: "bringing the fabric up…", running: "running", failed: "failed",
                       stopping: "shutting down…", stopped: "stopped" }[msg.phase] || msg.phase;
-  setPill("phase", `${phaseText} · ${msg.mode} / ${msg.policy}`,
+  setPill("phase", `${phaseText} · ${msg.mode} / ${policyLabel(msg.policy)}`,
           msg.phase === "running" ? "ok" : msg.phase === "failed" ? "bad" : "warn");
   const ctl = msg.controller === "ok" ? ["controller ok", "ok"] : msg.controller === "lost"
     ? ["controller lost", "bad"] : ["controller: waiting", ""];
@@ -233,7 +233,28 @@ function renderStatus(msg) {
   hint.textContent = h;
 }
 
+// A user's own policy (`fabriclab live --path-policy FILE.py:CLASS`) is shown by its class name.
+function policyLabel(policy) {
+  return String(policy || "").includes(".py:") ? policy.split(":").pop() : policy;
+}
+
+// The page offers every policy the server does: the built-ins are in the HTML, a user's own is added.
+function addPolicyButtons(policies) {
+  const group = document.querySelector("[data-policy]").parentElement;
+  for (const p of policies || []) {
+    if ([...group.querySelectorAll("[data-policy]")].some((b) => b.dataset.policy === p)) continue;
+    const b = document.createElement("button");
+    b.type = "button";
+    b.dataset.policy = p;
+    b.textContent = policyLabel(p);
+    b.title = `your own path policy, ${p}`;
+    b.addEventListener("click", () => withButtons(() => post("policy", { policy: p })));
+    group.appendChild(b);
+  }
+}
+
 function renderButtons(msg) {
+  addPolicyButtons(msg.policies);
   for (const b of document.querySelectorAll("[data-mode]")) b.classList.toggle("active", b.dataset.mode === msg.mode);
   for (const b of document.querySelectorAll("[data-policy]")) b.classList.toggle("active", b.dataset.policy === msg.policy);
 }

@@ -1,5 +1,5 @@
-"""Subcommands of the experiments layer: `run`, `list`, `report` and `demo` (ecmp-vs-spray on the
-default fabric)."""
+"""The experiments' commands: `fabriclab run`, `list`, `report`, `demo` (ecmp-vs-spray on the default
+fabric) and `bench fidelity`."""
 
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cli.args import positive_seconds
 from emulator.errors import EmulatorError
+from emulator.network import raise_terminated
+from experiments.catalogue import ArmNotFound
 from experiments.model import Arm, Experiment
+from experiments.policy_arm import PolicyArmError
 from experiments.runner import Reporter
 from experiments.traffic import TrafficError
 from topologies import SpecError
-
-USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError)
+from transport.policy_plugin import add_path_policy_argument
 
 DEMO_EXPERIMENT = "ecmp-vs-spray"
 
@@ -25,14 +28,15 @@ class ExperimentNotFound(LookupError):
     pass
 
 
-USER_ERRORS = (*USER_ERRORS, ExperimentNotFound, TrafficError)
+USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError, ExperimentNotFound, ArmNotFound, TrafficError,
+               PolicyArmError)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     from experiments.catalogue import CATALOGUE
 
     names = ", ".join(CATALOGUE)
-    p = sub.add_parser(
+    p = commands.add_parser(
         "run", help="run an experiment: every arm on a fresh fabric, then a comparison table and plots",
         description="Run a named experiment. Every arm (routing mode + transport settings, or iperf3 TCP) "
         "runs on a freshly brought-up fabric with the same seed; results go to "
@@ -44,21 +48,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="flows from a traffic matrix in htsim's connection-matrix format ('Nodes N', "
                    "'Connections C', then 'SRC->DST start PS size BYTES'; host i = the topology's i-th host) "
                    "instead of the experiment's own; the duration defaults to the matrix's makespan")
+    add_path_policy_argument(p, "adds one arm, named after CLASS, that runs it with the settings of the "
+                             "experiment's sprayed transport arm (see docs/experiments.md)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("list", help="list the experiments", description="List the experiments with their "
-                       "default fabric, duration and arms.")
+    p = commands.add_parser("list", help="list the experiments", description="List the experiments with their "
+                            "default fabric, duration and arms.")
     p.add_argument("--json", action="store_true", help="as JSON")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("report", help="re-render a results directory (table, summary.md, plots)",
-                       description="Re-render summary.md and the plots of a stored run from its results.json, "
-                       "and print its table.")
+    p = commands.add_parser("report", help="re-render a results directory (table, summary.md, plots)",
+                            description="Re-render summary.md and the plots of a stored run from its results.json, "
+                            "and print its table.")
     p.add_argument("dir", metavar="DIR", help="results directory (results/NAME/<timestamp>) or its results.json")
     p.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser(
+    p = commands.add_parser(
         "demo", help=f"run `{DEMO_EXPERIMENT}` on its default fabric and print its table and plots",
         description=f"Run the {DEMO_EXPERIMENT} experiment (permutation traffic: one entropy value per flow over "
         "ECMP vs spraying vs TCP) and print the comparison table, the balls-in-bins expectation and the "
@@ -66,9 +72,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(p)
     p.set_defaults(func=cmd_demo, name=DEMO_EXPERIMENT)
 
-    from emulator.cli import subcommands_of
-
-    bench = subcommands_of(sub.choices["bench"])
     p = bench.add_parser(
         "fidelity", help="does the emulator keep up with the demo? CPU idle and CPU per packet, per component",
         description="Run ecmp-vs-spray on the demo's fabric and on a 16-host 4x4x4 permutation (or the "
@@ -78,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "endpoints, the controller, the runner and the rest. Takes a few minutes.")
     p.add_argument("--topo", action="append", default=None, metavar="SPEC",
                    help="a fabric to run instead of the defaults (repeatable)")
-    p.add_argument("--duration", type=_positive, default=None, metavar="S",
+    p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
                    help="seconds of traffic per arm (default: the experiment's, 10)")
     p.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",
                    help="results root (default: results)")
@@ -86,26 +89,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_bench_fidelity)
 
 
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one arm name, e.g. spray,ecmp-single")
+    return names
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topo", metavar="SPEC", default=None, help="fabric (default: the experiment's own)")
-    p.add_argument("--duration", type=_positive, default=None, metavar="S",
-                   help="seconds of traffic per arm (fault times scale with it)")
+    p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
+                   help="seconds of traffic per arm (fault times scale with it, and so does an all-reduce's "
+                   "array)")
     p.add_argument("--seed", type=int, default=None, metavar="N", help="seed (default: the experiment's)")
     p.add_argument("--repetitions", type=int, default=None, metavar="N", help="run every arm N times")
+    p.add_argument("--arms", type=_names, default=None, metavar="NAME,...",
+                   help="run only these arms, in the experiment's order (default: all; see `fabriclab list`)")
     p.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",
                    help="results root (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print results.json to stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def _positive(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0 seconds")
-    return v
 
 
 class RichReporter(Reporter):
@@ -144,19 +147,26 @@ class RichReporter(Reporter):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from emulator.cli import _on_sigterm
     from experiments import catalogue, driver, report
 
     if args.name not in catalogue.CATALOGUE:
         raise ExperimentNotFound(f"no experiment '{args.name}'; choose one of {', '.join(catalogue.CATALOGUE)} "
                                  "(see `fabriclab list`)")
-    exp, topo = driver.prepare(args.name, args.topo, args.duration, args.seed, args.repetitions)
+    exp, topo = driver.prepare(args.name, args.topo, args.duration, args.seed, args.repetitions,
+                               getattr(args, "arms", None))
     if getattr(args, "traffic", None) is not None:
         from experiments import traffic
 
         matrix = traffic.load(args.traffic, hosts=len(topo.hosts))
         exp = traffic.apply(exp, topo, matrix, keep_duration=args.duration is not None)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    if getattr(args, "path_policy", None):
+        from experiments.policy_arm import with_policy_arm
+
+        exp = with_policy_arm(exp, args.path_policy)
+    from emulator.system import capabilities, require_ready
+
+    require_ready(capabilities())  # one line with the fix now, not one traceback per arm later
+    signal.signal(signal.SIGTERM, raise_terminated)
     reporter = None if args.no_progress else RichReporter()
     try:
         rendered = driver.execute(exp, topo, args.out, reporter)
@@ -184,7 +194,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_fidelity(args: argparse.Namespace) -> int:
-    from emulator.cli import _on_sigterm
     from experiments import fidelity_bench
 
     cases = ([(f"topo{i + 1}", spec) for i, spec in enumerate(args.topo)] if args.topo
@@ -194,7 +203,7 @@ def cmd_bench_fidelity(args: argparse.Namespace) -> int:
     for _, spec in cases:  # every fabric is checked before the first is brought up
         if spec:
             parse_spec(spec)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_terminated)
     result = fidelity_bench.run_fidelity_bench(
         cases, args.duration, args.out, progress=lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
     print(json.dumps(result, indent=1) if args.json else fidelity_bench.text_report(result))

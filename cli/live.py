@@ -8,12 +8,12 @@ import logging
 import signal
 import sys
 
-from emulator.cli import subcommands_of
+from cli.args import number_arg, port_or_any, positive_seconds
 from emulator.errors import EmulatorError
 from experiments.live.controls import MODES, POLICIES
 from experiments.live.workload import WORKLOADS
 from topologies import SpecError
-from transport.cli import listen_port_arg
+from transport.policy_plugin import add_path_policy_argument
 
 log = logging.getLogger(__name__)
 
@@ -31,24 +31,18 @@ class LiveError(Exception):
 USER_ERRORS = (LiveError, EmulatorError, SpecError)
 
 
-def _interval(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0.1 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"{v:g} s: give 0.1-1 s (the page must update at least once a second)")
-    return v
+_interval = number_arg(float, "a number of seconds", 0.1, 1.0, unit=" s",
+                       why="the page must update at least once a second")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
         "live", help="watch a running fabric in the browser (or --tui) and switch ECMP <-> spraying live",
         description="Bring a fabric up (routing --mode, ecmp by default), start continuous traffic in its hosts "
         "and serve a dashboard: the fabric drawn tier by tier with every link coloured by its utilisation, "
         "goodput, link imbalance and hot links over time with events marked, which uplinks the flows' hashes "
         "landed on (inferred from link counters), and controls to switch the routing mode (ecmp, spray, "
-        "single) and the transport's path policy (single, spray, adaptive: restarts the senders), cut and "
+        f"single) and the transport's path policy ({', '.join(POLICIES)}: restarts the senders), cut and "
         "restore a link by clicking it, and set random loss on it. With --tui the same numbers and switches "
         "are in the terminal (for ssh-only use). Ctrl-C stops the traffic and tears the fabric down. "
         "Needs root, like `fabriclab up`; --fake runs the view on synthetic counters without root.",
@@ -64,7 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default="single", choices=POLICIES,
                    help="the transport's path policy to start with; single = one entropy value per flow, what "
                    "ECMP hashes (default: %(default)s)")
-    p.add_argument("--port", type=listen_port_arg, default=8080,
+    add_path_policy_argument(p, "the senders start with it, and the policy control (page or --tui) offers it "
+                             "beside single, spray and adaptive")
+    p.add_argument("--port", type=port_or_any, default=8080,
                    help="HTTP port (default: %(default)s; 0 = any free port)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to serve on (default: %(default)s, this machine only; 0.0.0.0 exposes the "
@@ -75,11 +71,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fake", action="store_true",
                    help="no fabric: synthetic counters from the topology (no root needed; for trying the view)")
     p.add_argument("--seed", type=int, default=1, metavar="N", help="seed of the flow placement (default: %(default)s)")
+    p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
+                   help="stop after S seconds and tear the fabric down (default: run until Ctrl-C); for labs "
+                   "and scripted demonstrations")
     p.add_argument("--interval", type=_interval, default=0.5, metavar="S",
                    help="seconds between counter reads and page updates (default: %(default)s)")
     p.set_defaults(func=cmd_live)
 
-    bench = subcommands_of(sub.choices["bench"])
     b = bench.add_parser(
         "live", help="the live view: update rate, counter-to-page latency, its CPU use",
         description="Run `fabriclab live` as a child process, follow its event stream like a page does, and "
@@ -100,15 +98,16 @@ def build_backend(args: argparse.Namespace):
     topo = parse_spec(args.topo)
     if len(topo.hosts) < 2:
         raise LiveError(f"{args.topo} has {len(topo.hosts)} host(s); the workload needs at least two")
+    policy = args.path_policy or args.policy
     if args.fake:
         from experiments.live.backend import FakeBackend
 
-        return FakeBackend(topo, mode=args.mode, policy=args.policy, workload=args.workload, seed=args.seed)
+        return FakeBackend(topo, mode=args.mode, policy=policy, workload=args.workload, seed=args.seed)
     from emulator.system import capabilities, require_ready
     from experiments.live.backend import FabricBackend
 
     require_ready(capabilities())  # root, Open vSwitch, ...: one line with the fix, before serving anything
-    return FabricBackend(topo, mode=args.mode, policy=args.policy, workload=args.workload, seed=args.seed)
+    return FabricBackend(topo, mode=args.mode, policy=policy, workload=args.workload, seed=args.seed)
 
 
 def cmd_live(args: argparse.Namespace) -> int:
@@ -119,25 +118,29 @@ def cmd_live(args: argparse.Namespace) -> int:
     if args.tui:
         from experiments.live.tui import run_tui
 
-        return asyncio.run(_with_signals(lambda stop: run_tui(session, stop)))
+        return asyncio.run(_with_signals(lambda stop: run_tui(session, stop), args.duration))
     from experiments.live.server import is_loopback, serve
 
     def announce(url: str) -> None:
-        print(f"live view on {url}  (Ctrl-C to stop and tear the fabric down)", flush=True)
+        until = f"for {args.duration:g} s; " if args.duration else ""
+        print(f"live view on {url}  ({until}Ctrl-C to stop and tear the fabric down)", flush=True)
         if not is_loopback(args.host):
             print(f"warning: serving on {args.host}: anyone who can reach it can drive the fabric", file=sys.stderr)
 
     try:
-        return asyncio.run(_with_signals(lambda stop: serve(session, args.host, args.port, stop, announce)))
+        return asyncio.run(_with_signals(lambda stop: serve(session, args.host, args.port, stop, announce),
+                                         args.duration))
     except OSError as exc:
         raise LiveError(f"{exc}; pick another --port or --host") from None
 
 
-async def _with_signals(main) -> int:
-    """Run main(stop) with SIGINT/SIGTERM setting `stop`: teardown then runs in order, never twice."""
+async def _with_signals(main, duration: float | None = None) -> int:
+    """Run main(stop) with SIGINT/SIGTERM (or `duration` running out) setting `stop`: teardown then runs
+    in order, never twice."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     hits = 0
+    timer = loop.call_later(duration, stop.set) if duration else None
 
     def on_signal() -> None:
         nonlocal hits
@@ -151,6 +154,8 @@ async def _with_signals(main) -> int:
     try:
         result = await main(stop)
     finally:
+        if timer:
+            timer.cancel()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     return int(result or 0)

@@ -1,4 +1,4 @@
-"""Subcommands of the emulator: doctor, clean, up, probe."""
+"""The emulator's commands: `fabriclab doctor`, `clean`, `up`, `probe` and `bench fabric`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import time
 
 from emulator.errors import EmulatorError
-from emulator.network import MODES, Fabric, _Terminated
+from emulator.network import MODES, Fabric, Terminated, raise_terminated
 from topologies import DEFAULT_SPEC, SpecError, parse_spec
 
 log = logging.getLogger(__name__)
@@ -48,35 +48,35 @@ ALL_MODE_CASES = (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="check this machine: root, Open vSwitch, datapath, netem, nftables, ...",
-                       description="Check what the emulator needs and what this machine offers. Exits "
-                       "non-zero, with the fix, when something required is missing.")
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("doctor", help="check this machine: root, Open vSwitch, datapath, netem, nftables, ...",
+                            description="Check what the emulator needs and what this machine offers. Exits "
+                            "non-zero, with the fix, when something required is missing.")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("clean", help="remove what fabriclab left behind (and nothing else)",
-                       description="Remove namespaces' shells, OVS bridges, interfaces, nftables tables and "
-                       "controller processes recorded by fabriclab runs that are no longer running. Touches "
-                       "nothing fabriclab did not create.")
+    p = commands.add_parser("clean", help="remove what fabriclab left behind (and nothing else)",
+                            description="Remove namespaces' shells, OVS bridges, interfaces, nftables tables and "
+                            "controller processes recorded by fabriclab runs that are no longer running. Touches "
+                            "nothing fabriclab did not create.")
     p.add_argument("--force", action="store_true", help="also tear down runs whose process is still alive")
     p.set_defaults(func=cmd_clean)
 
-    p = sub.add_parser("up", help="bring a fabric up, print its hosts, tear it down on exit",
-                       description="Bring the fabric up with its controller, print hosts and addresses, "
-                       "then wait (Ctrl-C to tear down) or open the Mininet CLI with --cli.")
+    p = commands.add_parser("up", help="bring a fabric up, print its hosts, tear it down on exit",
+                            description="Bring the fabric up with its controller, print hosts and addresses, "
+                            "then wait (Ctrl-C to tear down) or open the Mininet CLI with --cli.")
     add_fabric_args(p)
     p.add_argument("--cli", action="store_true", help="open the Mininet CLI; the fabric goes down when you exit it")
     p.add_argument("--hold", type=float, default=None, metavar="S",
                    help="tear down after S seconds instead of waiting for Ctrl-C")
     p.set_defaults(func=cmd_up)
 
-    p = sub.add_parser("probe", help="send UDP packets src->dst and count how many crossed each spine",
-                       description="The path-spread probe: brings the fabric up, sends N UDP packets from "
-                       "--src to --dst with a fixed source port or one that rotates per packet, and reads "
-                       "from the switches' own counters how many packets crossed each spine. With --mode all, "
-                       "one fabric is brought up and the controller is switched live between ecmp, spray "
-                       "and single, with fixed and rotating source ports: a table of where packets went.")
+    p = commands.add_parser("probe", help="send UDP packets src->dst and count how many crossed each spine",
+                            description="The path-spread probe: brings the fabric up, sends N UDP packets from "
+                            "--src to --dst with a fixed source port or one that rotates per packet, and reads "
+                            "from the switches' own counters how many packets crossed each spine. With --mode all, "
+                            "one fabric is brought up and the controller is switched live between ecmp, spray "
+                            "and single, with fixed and rotating source ports: a table of where packets went.")
     add_fabric_args(p, extra_modes=("all",))
     p.add_argument("--src", default=None, help="sending host (default: the first host)")
     p.add_argument("--dst", default=None, help="receiving host (default: the last host)")
@@ -89,7 +89,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_probe)
 
-    bench = subcommands_of(sub.choices["bench"])
     p = bench.add_parser("fabric", help="bring-up/teardown times, OVS forwarding ceiling, reroute time",
                          description="Measure the emulator on this machine: bring-up and teardown times for a "
                          "ladder of leaf-spine fabrics, the Open vSwitch forwarding ceiling, and the "
@@ -102,30 +101,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_bench_fabric)
 
 
-def subcommands_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
-    """The sub-command list of `parser` (e.g. `bench`), created on first use: every package adds its own."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    return parser.add_subparsers(dest="bench_command", metavar="WHAT")
-
-
 def cmd_bench_fabric(args: argparse.Namespace) -> int:
     from emulator.bench import run_fabric_bench
 
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_terminated)
     try:
         result = run_fabric_bench(quick=args.quick, budget_s=args.budget,
                                   progress=lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
-    except (KeyboardInterrupt, _Terminated):
+    except (KeyboardInterrupt, Terminated):
         print("interrupted; fabric torn down", file=sys.stderr)
         return 130
     print(json.dumps(result, indent=1))
     return 0
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise _Terminated()
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -186,7 +173,7 @@ def _describe(fab: Fabric) -> str:
 
 def cmd_up(args: argparse.Namespace) -> int:
     topo = parse_spec(args.topo)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_terminated)
     try:
         with Fabric(topo, mode=args.mode) as fab:
             print(_describe(fab), flush=True)
@@ -200,7 +187,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 print("fabric is up; press Ctrl-C to tear it down", flush=True)
                 while True:
                     time.sleep(3600)
-    except (KeyboardInterrupt, _Terminated):
+    except (KeyboardInterrupt, Terminated):
         pass
     print("fabric torn down", file=sys.stderr)
     return 0
@@ -218,7 +205,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     src = args.src or hosts[0]
     dst = args.dst or hosts[-1]
     cases = ALL_MODE_CASES if args.mode == "all" else ((args.mode, args.entropy),)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, raise_terminated)
     results = []
     try:
         with Fabric(topo, mode=cases[0][0]) as fab:
@@ -228,7 +215,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
                 if len(cases) > 1:
                     print(f"  {mode} / {entropy} ...", file=sys.stderr, flush=True)
                 results.append(run_probe(fab, src, dst, packets=args.packets, entropy=entropy, rate_pps=args.rate))
-    except (KeyboardInterrupt, _Terminated):
+    except (KeyboardInterrupt, Terminated):
         print("interrupted; fabric torn down", file=sys.stderr)
         return 130
     if args.json:

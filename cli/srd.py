@@ -4,6 +4,9 @@
 a stream of messages open- or closed-loop, or request/response). Both print a summary, or JSON metrics
 with `--json` / `--json-out`, and flush those metrics on SIGINT/SIGTERM. Bad options produce one line
 naming the option and the fix, and exit status 2.
+
+The endpoints in emulated hosts start as `python -m transport srd ...`, which loads this module alone:
+it imports the transport's endpoint and nothing of the emulator or the experiments.
 """
 
 from __future__ import annotations
@@ -14,9 +17,28 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Any
 
-from transport.config import ConfigError, TransportConfig
+from cli.args import (
+    destination_arg,
+    mtu_arg,
+    nonneg_float,
+    nonneg_int,
+    port_or_any,
+    positive_float,
+    positive_int,
+    positive_size,
+    show_help,
+    size_arg,
+)
+from transport.config import (
+    CC_ALGORITHMS,
+    DELIVERY_MODES,
+    PATH_POLICIES,
+    RECOVERY_MODES,
+    ConfigError,
+    TransportConfig,
+)
 from transport.endpoint import (
     DEFAULT_BASE_PORT,
     DEFAULT_PORT,
@@ -30,10 +52,9 @@ from transport.endpoint import (
     resolve,
     write_json,
 )
+from transport.policy_plugin import add_path_policy_argument
 
 USER_ERRORS: tuple[type[BaseException], ...] = (EndpointError, ConfigError)
-
-_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 # The UDP endpoints coalesce ACKs by default although the protocol core ACKs every packet: in a
 # Python process each datagram costs a wake-up and a syscall at both ends, and in the emulator every
@@ -45,119 +66,11 @@ _SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 ENDPOINT_ACK_DELAY = 0.010
 ENDPOINT_ACK_BATCH = 8
 
-
-class _OneLineParser(argparse.ArgumentParser):
-    """Argument errors as a single line (option + fix), not usage + error."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+parse_destination = destination_arg(DEFAULT_PORT)
 
 
-# --------------------------------------------------------------------------------------------------
-# Argument types: each error message says what is accepted.
-
-
-def size_arg(text: str) -> int:
-    """Bytes with an optional binary suffix: 1400, 64K, 2M, 1G (K = 1024)."""
-    raw = text.strip().lower().removesuffix("ib").removesuffix("b")
-    mult = 1
-    if raw and raw[-1] in _SUFFIXES:
-        mult = _SUFFIXES[raw[-1]]
-        raw = raw[:-1]
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size; use e.g. 1400, 64K, 2M or 1G") from None
-    if value < 0 or value != value:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative; sizes must be >= 0")
-    return int(value * mult)
-
-
-def positive_size(text: str) -> int:
-    value = size_arg(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 byte")
-    return value
-
-
-def mtu_arg(text: str) -> int | str:
-    """A datagram size in bytes, or `auto` (the path MTU, found once the destination is known)."""
-    if text.strip().lower() == "auto":
-        return "auto"
-    return positive_size(text)
-
-
-def port_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; use 1-65535") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"port {value} is out of range; use 1-65535")
-    return value
-
-
-def listen_port_arg(text: str) -> int:
-    # 0 lets the kernel pick (useful in tests); the bound port is reported in the metrics.
-    if text.strip() == "0":
-        return 0
-    return port_arg(text)
-
-
-def base_port_arg(text: str) -> int:
-    if text.strip() == "0":
-        return 0  # any free ports: the EV is then not visible in the source port
-    return port_arg(text)
-
-
-def _number(kind: Callable[[str], Any], low: float, what: str, *, strict: bool) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if value != value or (value <= low if strict else value < low):
-            op = ">" if strict else ">="
-            raise argparse.ArgumentTypeError(f"{text!r} must be {op} {low:g}")
-        return value
-
-    return parse
-
-
-positive_float = _number(float, 0, "a number", strict=True)
-nonneg_float = _number(float, 0, "a number", strict=False)
-positive_int = _number(int, 0, "a whole number", strict=True)
-nonneg_int = _number(int, 0, "a whole number", strict=False)
-
-
-def parse_destination(text: str) -> tuple[str, int]:
-    """HOST, HOST:PORT, [V6ADDR] or [V6ADDR]:PORT -> (host, port)."""
-    text = text.strip()
-    if not text:
-        raise argparse.ArgumentTypeError("empty address; use HOST or HOST:PORT")
-    if text.startswith("["):
-        host, sep, rest = text[1:].partition("]")
-        if not sep:
-            raise argparse.ArgumentTypeError(f"{text!r}: missing ']' in IPv6 address; use [ADDR]:PORT")
-        port_text = rest.removeprefix(":") if rest else ""
-        if rest and not rest.startswith(":"):
-            raise argparse.ArgumentTypeError(f"{text!r}: use [ADDR]:PORT")
-    elif text.count(":") == 1:
-        host, _, port_text = text.partition(":")
-    else:
-        host, port_text = text, ""  # a bare IPv6 address or a host name
-    if not host:
-        raise argparse.ArgumentTypeError(f"{text!r} has no host; use HOST or HOST:PORT")
-    port = port_arg(port_text) if port_text else DEFAULT_PORT
-    return host, port
-
-
-# --------------------------------------------------------------------------------------------------
-# Registration
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    srd = subparsers.add_parser(
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    srd = commands.add_parser(
         "srd",
         help="run the SRD-like transport over real UDP (receiver and sender)",
         description="Run the SRD-like multipath transport between two hosts over UDP. Start `srd recv` on "
@@ -165,13 +78,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"value (EV): base port + EV (default {DEFAULT_BASE_PORT}), so the fabric can spray by source "
         "port.",
     )
-    sub = srd.add_subparsers(dest="srd_command", metavar="{recv,send}", parser_class=_OneLineParser)
+    srd.set_defaults(func=show_help(srd))
+    sub = srd.add_subparsers(dest="srd_command", metavar="{recv,send}")
     _register_recv(sub)
     _register_send(sub)
-    srd.set_defaults(func=lambda args: _missing(srd))
 
-    bench_sub = _bench_subparsers(subparsers)
-    bench = bench_sub.add_parser(
+    p = bench.add_parser(
         "transport",
         help="measure the transport: packet rates (core, loopback UDP, raw sendto) and loss recovery",
         description="Measure, in one run: core_pps (sender + receiver connections in one process, no "
@@ -181,35 +93,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and the spurious retransmission fraction when spraying over paths whose delays differ 2x. "
         "Prints one JSON object.",
     )
-    bench.add_argument("--json", action="store_true", help="print JSON only (the default output is JSON too)")
-    bench.add_argument("--quick", action="store_true", help="smaller runs: under ~15 s instead of ~60 s")
-    bench.set_defaults(func=_cmd_bench)
-
-
-def _bench_subparsers(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
-    # Another package may already own `bench`; then `transport` is added under it.
-    existing = subparsers.choices.get("bench")
-    if existing is not None:
-        for action in existing._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                return action
-        return existing.add_subparsers(dest="bench_command", metavar="WHAT", parser_class=_OneLineParser)
-    bench = subparsers.add_parser("bench", help="micro-benchmarks", description="Micro-benchmarks.")
-    bench.set_defaults(func=lambda args: _missing(bench))
-    return bench.add_subparsers(dest="bench_command", metavar="WHAT", parser_class=_OneLineParser)
-
-
-def _missing(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return 2
+    p.add_argument("--json", action="store_true", help="print JSON only (the default output is JSON too)")
+    p.add_argument("--quick", action="store_true", help="smaller runs: under ~15 s instead of ~60 s")
+    p.set_defaults(func=_cmd_bench)
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("transport")
-    t.add_argument("--delivery", choices=("unordered", "ordered"), default="unordered",
+    t.add_argument("--delivery", choices=DELIVERY_MODES, default="unordered",
                    help="hand messages to the application as they complete (unordered, default) or in "
                    "sending order (ordered: head-of-line blocking)")
-    t.add_argument("--recovery", choices=("selective", "gobackn"), default="selective",
+    t.add_argument("--recovery", choices=RECOVERY_MODES, default="selective",
                    help="loss recovery: selective repeat (default) or go-back-N")
     t.add_argument("--mtu", type=mtu_arg, default=None, metavar="BYTES|auto",
                    help="largest datagram the transport sends, header included (default from the "
@@ -248,7 +142,7 @@ def _register_recv(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bind", default="127.0.0.1", metavar="ADDR",
                    help="local address to listen on (default 127.0.0.1, loopback only; inside an emulated "
                    "host give its address, e.g. 10.0.0.8, or 0.0.0.0 for all; :: for IPv6)")
-    p.add_argument("--port", type=listen_port_arg, default=DEFAULT_PORT,
+    p.add_argument("--port", type=port_or_any, default=DEFAULT_PORT,
                    help=f"UDP port to listen on (default {DEFAULT_PORT})")
     stop = p.add_mutually_exclusive_group()
     stop.add_argument("--expect-bytes", type=size_arg, default=0, metavar="N",
@@ -305,17 +199,18 @@ def _register_send(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--duration", type=positive_float, default=None, metavar="S",
                    help="stop after S seconds (with no --bytes/--messages: send for S seconds)")
     t = p.add_argument_group("paths and congestion control")
-    t.add_argument("--policy", choices=("single", "spray", "adaptive"), default="spray",
+    t.add_argument("--policy", choices=PATH_POLICIES, default="spray",
                    help="path (EV) choice: one path, spray over all EVs (default), or adaptive spraying "
                    "that avoids EVs with loss or high delay")
+    add_path_policy_argument(t)
     t.add_argument("--evs", type=positive_int, default=16, metavar="N",
                    help="number of entropy values = source ports used (default 16)")
-    t.add_argument("--base-port", type=base_port_arg, default=DEFAULT_BASE_PORT, metavar="P",
+    t.add_argument("--base-port", type=port_or_any, default=DEFAULT_BASE_PORT, metavar="P",
                    help=f"source port of EV 0; EV i uses P+i (default {DEFAULT_BASE_PORT}, a multiple of 16 "
                    "so the low 4 bits are the EV; 0 = any free ports)")
     t.add_argument("--bind", default=None, metavar="ADDR",
                    help="local address for the source sockets (default all addresses)")
-    t.add_argument("--cc", choices=("delay", "fixed"), default="delay",
+    t.add_argument("--cc", choices=CC_ALGORITHMS, default="delay",
                    help="congestion control: delay-based window (default) or a fixed --window")
     t.add_argument("--window", type=positive_int, default=None, metavar="W",
                    help="(initial) congestion window in packets (default 64)")
@@ -485,7 +380,8 @@ def _cmd_send(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {}
     if args.mtu == "auto":
         extra["mtu"] = path_datagram_size(host, port)
-    config = _config(args, path_policy=args.policy, num_evs=args.evs, cc=args.cc, window=args.window, **extra)
+    config = _config(args, path_policy=args.path_policy or args.policy,
+                     num_evs=args.evs, cc=args.cc, window=args.window, **extra)
     sender = Sender(
         config,
         host,
@@ -499,7 +395,7 @@ def _cmd_send(args: argparse.Namespace) -> int:
         progress=_progress(args),
     )
     if not _open_and_hold(sender, args):
-        print("fabriclab srd send: stopped before the start signal; nothing sent", file=sys.stderr)
+        print(f"{args.prog} send: stopped before the start signal; nothing sent", file=sys.stderr)
         return 0
     with _signals_stop(sender):
         metrics = sender.run()
@@ -514,7 +410,7 @@ def _cmd_send(args: argparse.Namespace) -> int:
     _emit(args, metrics, summary)
     bounded = not workload.unbounded
     if bounded and not metrics["completed"]:
-        print(f"fabriclab srd send: stopped before the workload completed ({metrics['stop_reason']})",
+        print(f"{args.prog} send: stopped before the workload completed ({metrics['stop_reason']})",
               file=sys.stderr)
         return 1
     return 0

@@ -1,0 +1,129 @@
+"""`fabriclab allreduce`: one rank of a ring all-reduce over the transport (transport/allreduce.py).
+
+Every rank runs as its own process, started on its host as `python -m transport allreduce ...` by the
+experiment runner and the live view. Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout,
+143 stopped by SIGTERM/SIGINT; once the options are valid the JSON is written in every case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from cli.args import count_arg, parse_peers
+from transport.allreduce import (
+    BASE_PORT_STRIDE,
+    DEFAULT_BASE_PORT,
+    DEFAULT_TIMEOUT,
+    EXIT_MISMATCH,
+    EXIT_OK,
+    EXIT_SIGNAL,
+    EXIT_USAGE,
+    AllReduceError,
+    UdpRingWorker,
+    WorkerOptions,
+)
+from transport.config import CC_ALGORITHMS, DELIVERY_MODES, PATH_POLICIES, RECOVERY_MODES, TransportConfig
+from transport.endpoint import EndpointError, write_json
+from transport.policy_plugin import add_path_policy_argument
+from transport.ring import DEFAULT_PIECE_BYTES
+
+
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "allreduce", help="one rank of a ring all-reduce of float32 arrays over the transport",
+        description="One rank of a ring all-reduce over the fabriclab transport. Start one per rank, each "
+        "with the same --peers: rank r listens on the port of peers[r] for its left neighbour's data and "
+        "sends to peers[r+1]. Every iteration's result is checked bit for bit against the sum in the "
+        "ring's own order of additions. Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout, "
+        "143 stopped by SIGTERM/SIGINT (the JSON is written in every case once the options are valid).")
+    p.add_argument("--rank", type=int, required=True, help="this worker's index in --peers")
+    p.add_argument("--peers", type=parse_peers, required=True,
+                   help="IP:PORT of every rank in ring order; rank r listens on its own port")
+    p.add_argument("--size", type=count_arg, required=True, help="float32 elements (suffix K/M/G allowed)")
+    p.add_argument("--iterations", type=int, default=1)
+    p.add_argument("--policy", choices=PATH_POLICIES, default="spray", help="path (EV) policy")
+    add_path_policy_argument(p)
+    p.add_argument("--evs", type=int, default=16, help="entropy values = source ports per rank")
+    p.add_argument("--base-port", type=int, default=None,
+                   help=f"first source port (EV 0); default {DEFAULT_BASE_PORT} + {BASE_PORT_STRIDE} * rank")
+    p.add_argument("--recovery", choices=RECOVERY_MODES, default="selective")
+    p.add_argument("--delivery", choices=DELIVERY_MODES, default="unordered")
+    p.add_argument("--cc", choices=CC_ALGORITHMS, default=TransportConfig.cc, help="congestion control")
+    p.add_argument("--window", type=int, default=TransportConfig.window,
+                   help="packets: the fixed window, or the initial window of --cc delay")
+    p.add_argument("--rto-min", type=float, default=TransportConfig.rto_min, help="seconds: floor of the RTO")
+    p.add_argument("--ack-delay", type=float, default=TransportConfig.ack_delay,
+                   help="seconds an ACK may be held to coalesce it with others (0 = ACK every packet)")
+    p.add_argument("--mtu", type=int, default=TransportConfig.mtu, help="UDP payload bytes per datagram")
+    p.add_argument("--piece-bytes", type=count_arg, default=DEFAULT_PIECE_BYTES,
+                   help="bytes of a chunk per transport message (pieces pipeline round the ring)")
+    p.add_argument("--seed", type=int, default=0, help="inputs are drawn from (seed, rank)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without progress before giving up")
+    p.add_argument("--start-at", type=float, default=None, help="UNIX time to start iteration 1 (after the barrier)")
+    p.add_argument("--link-rate-mbps", type=float, default=None, help="link rate for the bandwidth bound")
+    p.add_argument("--bind", default=None, help="local address to bind (default: all)")
+    p.add_argument("--json-out", default=None, metavar="FILE", help="write the results as JSON (also on SIGTERM)")
+    # Also after the command, as the worker always took it; it adds to fabriclab's own -v.
+    p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log progress")
+    p.set_defaults(func=_cmd_allreduce)
+
+
+def _options(args: argparse.Namespace) -> WorkerOptions:
+    config = TransportConfig(
+        path_policy=args.path_policy or args.policy,
+        num_evs=args.evs, recovery=args.recovery, delivery=args.delivery, mtu=args.mtu,
+        cc=args.cc, window=args.window, ack_delay=args.ack_delay, rto_min=args.rto_min,
+        rto_max=max(TransportConfig.rto_max, args.rto_min),
+    )
+    return WorkerOptions(
+        rank=args.rank, peers=args.peers, size=args.size, iterations=args.iterations, config=config,
+        base_port=args.base_port, seed=args.seed, timeout=args.timeout, start_at=args.start_at,
+        link_rate_mbps=args.link_rate_mbps, piece_bytes=args.piece_bytes, bind=args.bind,
+    )
+
+
+def _cmd_allreduce(args: argparse.Namespace) -> int:
+    try:
+        worker = UdpRingWorker(_options(args))
+        worker.open()
+    except (AllReduceError, EndpointError) as exc:
+        print(f"{args.prog}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    def on_signal(signum: int, _frame: object) -> None:
+        worker.stop(f"signal {signal.Signals(signum).name}")
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    code = EXIT_OK
+    try:
+        worker.run()
+        if worker.stop_reason.startswith("signal"):
+            worker.error = f"stopped by {worker.stop_reason.removeprefix('signal ')}"
+            code = EXIT_SIGNAL
+        elif not worker.correct:
+            code = EXIT_MISMATCH
+    except (AllReduceError, EndpointError) as exc:
+        worker.error = str(exc)
+        code = EXIT_USAGE
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        results = worker.results()
+        worker.close()
+        if args.json_out:
+            try:
+                write_json(results, args.json_out)
+            except OSError as exc:
+                print(f"{args.prog}: error: cannot write {args.json_out}: {exc.strerror}", file=sys.stderr)
+                code = code or EXIT_USAGE
+    if worker.error:
+        print(f"{args.prog}: error: {worker.error}", file=sys.stderr)
+    else:
+        bound = results["bound_s"]
+        extra = f", bound {bound:.4f} s (x{results['ratio_to_bound']:.2f})" if bound else ""
+        verdict = "correct" if results["correct"] else f"MISMATCH {results['mismatch']}"
+        print(f"rank {worker.rank}: {len(worker.iteration_times)} iterations of {results['bytes']} bytes, "
+              f"mean {results['mean_s']:.4f} s{extra}; {verdict}")
+    return code

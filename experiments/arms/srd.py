@@ -1,0 +1,114 @@
+"""Arms of kind "srd": the transport's own endpoints (`fabriclab srd send` / `srd recv`), one sender per
+flow and one receiver per destination host, every sender held until all are ready."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments import analysis
+from experiments.arms import base
+from transport import command_line
+from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
+from transport.headers import datagram_size_for_mtu
+from transport.policy_plugin import sender_args
+from transport.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics
+
+
+class Srd(base.ArmKind):
+    name = "srd"
+    description = "transport {policy}/{recovery}/{delivery} over {mode}"
+    point_to_point = True
+    reports_reordering = True
+
+    def start(self, ctx: base.ArmContext) -> base.Procs:
+        """Receivers first, then every sender held with its sockets open; traffic starts (t0) when all
+        are ready, so interpreter start-up and imports stay out of the measured window."""
+        arm, w = ctx.arm, ctx.workload
+        common = ["--recovery", arm.recovery, "--delivery", arm.delivery,
+                  "--mtu", str(datagram_size_for_mtu(ctx.topo.mtu))]
+        receivers, ready = [], []
+        for dst in sorted({f.dst for f in ctx.flows}):
+            ready.append(base.ready_file(ctx, f"recv-{dst}"))
+            cmd = command_line(
+                "srd", "recv", "--bind", ctx.fab.ip(dst), "--port", str(DEFAULT_PORT), "--ready-file", str(ready[-1]),
+                "--json-out", str(ctx.raw_dir / f"recv-{dst}.json"), *common)
+            if w.request_response:
+                cmd += ["--response-size", "64"]
+            receivers.append(base.popen(ctx, dst, cmd))
+        base.wait_ready(ready, receivers)
+        senders, ready = [], []
+        for i, f in enumerate(ctx.flows):
+            ready.append(base.ready_file(ctx, f"send-{i}"))
+            # EV e of the flow leaving its host i-th leaves from base + 16 i + e: ECMP sees other ports.
+            cmd = command_line(
+                "srd", "send", "--to", f"{ctx.fab.ip(f.dst)}:{DEFAULT_PORT}", *sender_args(arm.policy),
+                "--seed", str(ctx.seed * 1000 + i), "--base-port", str(DEFAULT_BASE_PORT + 16 * f.index),
+                "--hold", "--ready-file", str(ready[-1]), "--size", str(w.message_size),
+                "--json-out", str(ctx.raw_dir / f"send-{i}-{f.src}-{f.dst}.json"), *common)
+            if ctx.bytes_per_flow:
+                # A cap so that a stuck flow cannot hold the run: 3x the time it needs at the host rate.
+                cmd += ["--bytes", str(f.size or ctx.bytes_per_flow), "--duration", f"{3 * ctx.duration + 5:g}"]
+            else:
+                cmd += ["--duration", f"{ctx.duration:g}"]
+            if w.request_response:
+                cmd += ["--request-response", "--closed-loop", "8"]
+            cmd += list(arm.options)
+            senders.append(base.popen(ctx, f.src, cmd))
+        base.release_when_ready(ctx, ready, senders)
+        return receivers, senders
+
+    def parse(self, raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:
+        """One flow per sender, joined with the receiver's record of the same connection."""
+        receivers: list[tuple[str, ReceiverMetrics]] = base.endpoint_files(raw, "recv-")
+        by_cid: dict[int, ReceiverConnection] = {}
+        for _, rm in receivers:
+            for c in rm.get("connections", []):
+                by_cid[c.get("connection_id")] = c
+        flows = []
+        sender: SenderMetrics
+        for name, sender in base.endpoint_files(raw, "send-"):
+            _, idx, src, dst = name.split("-", 3)
+            conn = sender.get("connection", {})
+            snd = conn.get("sender", {})
+            rcv = by_cid.get(sender.get("connection_id"), {}).get("transport", {}).get("receiver", {})
+            state = conn.get("state", {})
+            gp = rcv.get("goodput") or {}
+            series = base.rebin(gp.get("start"), gp.get("bin", base.SERIES_BIN), gp.get("bps", []), t0, n_bins)
+            ct = sender.get("completion_times") or {}
+            recovery = snd.get("loss_recovery") or {}
+            flows.append({
+                "src": src, "dst": dst, "index": int(idx),
+                "bytes": sender.get("bytes", 0),
+                "goodput_bps": sender.get("goodput_bps", 0.0),
+                "duration_s": sender.get("duration"),
+                "completed": sender.get("completed"),
+                "stop_reason": sender.get("stop_reason"),
+                "message_p50_s": ct.get("p50"), "message_p99_s": ct.get("p99"), "messages": ct.get("count", 0),
+                "retransmissions": snd.get("retransmissions", 0),
+                "spurious_retransmissions": snd.get("spurious_retransmissions", 0),
+                "timeouts": snd.get("timeouts", 0),
+                "gobackn_rewinds": snd.get("gobackn_rewinds", 0),
+                "loss_recovery_p50_s": recovery.get("p50"),
+                "loss_recovery_p99_s": recovery.get("p99"),
+                "rtt_p50_s": (snd.get("rtt") or {}).get("p50"),
+                "min_rtt_s": state.get("min_rtt"),
+                "srtt_s": state.get("srtt"), "rttvar_s": state.get("rttvar"),
+                "rto_s": sender.get("rto_s"),
+                "out_of_order": rcv.get("out_of_order", 0),
+                "data_packets": rcv.get("data_packets", 0),
+                "reorder_distance": rcv.get("reorder_distance", {}),
+                "peak_reassembly_bytes": rcv.get("peak_reassembly_bytes", 0),
+                "duplicates": rcv.get("duplicates", 0),
+                "ev_datagrams_sent": sender.get("ev_datagrams_sent", []),
+                "socket_drops": (sender.get("socket_drops") or 0),
+                "series_bps": base.rounded_series(series),
+                "mtu": (sender.get("config") or {}).get("mtu"),
+                "path_policy_fault": conn.get("path_policy_fault"),
+                "message_size": (sender.get("workload") or {}).get("size"),
+            })
+        if flows:
+            flows[0]["receiver_socket_drops_total"] = sum((m.get("socket_drops") or 0) for _, m in receivers)
+        return flows
+
+    def framing(self, flow: dict[str, Any]) -> analysis.Framing:
+        return analysis.srd_framing(flow.get("mtu") or 1400, flow.get("message_size") or 65536)

@@ -1,0 +1,144 @@
+"""Arms of kind "tcp", the everyday baseline: sized flows with transport.tcpflow (complete when the
+receiver has every byte), timed flows with iperf3."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from experiments import analysis
+from experiments.arms import base
+from transport import command_line
+from transport.addressing import DEFAULT_BASE_PORT
+
+IPERF_PORT = 5201  # iperf3's own default; flow i listens on IPERF_PORT + i
+
+
+class Tcp(base.ArmKind):
+    name = "tcp"
+    description = "iperf3 TCP over {mode}"
+    point_to_point = True
+
+    def start(self, ctx: base.ArmContext) -> base.Procs:
+        """Sized flows use transport.tcpflow, whose completion is when the receiver has every byte
+        (iperf3 -n ends a test once the sender has *written* its bytes, so a flow that fits the socket
+        buffers "completes" before most of it has crossed a slow link); timed flows use iperf3 -t."""
+        if ctx.bytes_per_flow or any(f.size for f in ctx.flows):
+            return _start_tcpflow(ctx)
+        receivers = []
+        for i, f in enumerate(ctx.flows):
+            receivers.append(base.popen(ctx, f.dst, ["iperf3", "-s", "-1", "-p", str(IPERF_PORT + i), "-J"],
+                                        ctx.raw_dir / f"iperf-server-{i}-{f.dst}.json"))
+        time.sleep(0.5)  # iperf3 (C) starts in milliseconds; its servers only need to be listening
+        senders = []
+        ctx.t0 = time.monotonic()
+        for i, f in enumerate(ctx.flows):
+            cmd = ["iperf3", "-c", ctx.fab.ip(f.dst), "-p", str(IPERF_PORT + i), "--cport",
+                   str(_client_port(ctx, i)), "-J", "-i", "0.1", "-t", f"{ctx.duration:g}"]
+            senders.append(base.popen(ctx, f.src, cmd, ctx.raw_dir / f"iperf-client-{i}-{f.src}-{f.dst}.json"))
+        return receivers, senders
+
+    def parse(self, raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:
+        if any(name.startswith("tcp-send-") for name in raw.get("endpoints", {})):
+            return _tcpflow_flows(raw, t0, n_bins)
+        return _iperf_flows(raw, n_bins)
+
+    def framing(self, flow: dict[str, Any]) -> analysis.Framing:
+        return analysis.tcp_framing(flow.get("mss") or analysis.TCP_MSS, flow.get("pmtu") or analysis.TCP_PMTU)
+
+
+def _client_port(ctx: base.ArmContext, i: int) -> int:
+    # A fixed client port: ECMP hashes it, so the same seed gives the same paths.
+    return DEFAULT_BASE_PORT + 256 + (ctx.seed * 7 + i * 16) % 4096
+
+
+def _start_tcpflow(ctx: base.ArmContext) -> base.Procs:
+    """One receiver per flow (each takes one connection), every sender connected and held, then all
+    released together (or at their matrix start times), as the transport's senders are."""
+    tcpflow = command_line("tcpflow")
+    timeout = f"{3 * ctx.duration + 20:g}"
+    receivers, ready = [], []
+    for i, f in enumerate(ctx.flows):
+        ready.append(base.ready_file(ctx, f"tcp-recv-{i}"))
+        receivers.append(base.popen(ctx, f.dst, [
+            *tcpflow, "recv", "--bind", ctx.fab.ip(f.dst), "--port", str(IPERF_PORT + i), "--timeout", timeout,
+            "--ready-file", str(ready[-1]), "--json-out", str(ctx.raw_dir / f"tcp-recv-{i}-{f.dst}.json")]))
+    base.wait_ready(ready, receivers)
+    senders, ready = [], []
+    for i, f in enumerate(ctx.flows):
+        ready.append(base.ready_file(ctx, f"tcp-send-{i}"))
+        senders.append(base.popen(ctx, f.src, [
+            *tcpflow, "send", "--to", f"{ctx.fab.ip(f.dst)}:{IPERF_PORT + i}", "--bytes",
+            str(f.size or ctx.bytes_per_flow), "--cport", str(_client_port(ctx, i)), "--hold",
+            "--timeout", timeout, "--ready-file", str(ready[-1]),
+            "--json-out", str(ctx.raw_dir / f"tcp-send-{i}-{f.src}-{f.dst}.json")]))
+    base.release_when_ready(ctx, ready, senders)
+    return receivers, senders
+
+
+def _tcpflow_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:
+    """Sized TCP flows (transport.tcpflow): the sender's completion is when the receiver had every byte;
+    the bytes counted are the receiver's."""
+    recv = {name.split("-")[2]: m for name, m in base.endpoint_files(raw, "tcp-recv-")}
+    flows = []
+    for name, m in base.endpoint_files(raw, "tcp-send-"):
+        _, _, idx, src, dst = name.split("-", 4)
+        r = recv.get(idx, {})
+        series = base.rebin(m.get("t_start"), m.get("bin_s", base.SERIES_BIN), m.get("series_bps") or [], t0, n_bins)
+        completed = bool(m.get("completed"))
+        flows.append({
+            "src": src, "dst": dst, "index": int(idx),
+            "bytes": r.get("bytes", m.get("bytes", 0) if completed else 0),
+            "goodput_bps": m.get("goodput_bps", 0.0) if completed else 0.0,
+            "duration_s": m.get("duration_s") if completed else None,
+            "completed": completed,
+            "stop_reason": m.get("stop_reason"),
+            "retransmissions": m.get("retransmissions"),
+            "series_bps": base.rounded_series(series),
+            "min_rtt_s": m.get("min_rtt_s"), "mss": m.get("mss"), "pmtu": m.get("pmtu"),
+        })
+    return flows
+
+
+def _iperf_flows(raw: dict[str, Any], n_bins: int) -> list[dict[str, Any]]:
+    """Timed TCP flows: the iperf3 client's JSON, its 0.1 s intervals as the goodput series."""
+    flows = []
+    for name, m in base.endpoint_files(raw, "iperf-client-"):
+        _, _, idx, src, dst = name.split("-", 4)
+        end = m.get("end", {}) if isinstance(m, dict) else {}
+        recv = end.get("sum_received", {})
+        sent = end.get("sum_sent", {})
+        series = np.zeros(n_bins)
+        for iv in m.get("intervals", []) if isinstance(m, dict) else []:
+            s = iv.get("sum", {})
+            i = int((s.get("start", 0.0) + 1e-9) // base.SERIES_BIN)
+            if 0 <= i < n_bins:
+                series[i] += s.get("bits_per_second", 0.0) * (s.get("seconds", base.SERIES_BIN) / base.SERIES_BIN)
+        secs = max(recv.get("seconds", 0.0) or 0.0, sent.get("seconds", 0.0) or 0.0)
+        flows.append({
+            "src": src, "dst": dst, "index": int(idx),
+            "bytes": recv.get("bytes", 0),
+            "goodput_bps": recv.get("bits_per_second", 0.0),
+            "duration_s": secs or None,
+            "completed": bool(recv) and not m.get("error"),
+            "stop_reason": m.get("error"),
+            "retransmissions": sent.get("retransmits", 0),
+            "series_bps": base.rounded_series(series),
+            **_iperf_framing(m),
+        })
+    return flows
+
+
+def _iperf_framing(m: Any) -> dict[str, Any]:
+    """The client's minimum RTT (iperf3 reports the sender's RTTs in microseconds, on Linux), its MSS
+    and the path MTU, for the flow's ideal completion time."""
+    if not isinstance(m, dict):
+        return {"min_rtt_s": None, "mss": None, "pmtu": None}
+    streams = (m.get("end") or {}).get("streams") or [{}]
+    min_rtt_us = (streams[0].get("sender") or {}).get("min_rtt")
+    pmtu = next((st["pmtu"] for iv in m.get("intervals") or [] for st in iv.get("streams") or []
+                 if st.get("pmtu")), None)
+    return {"min_rtt_s": min_rtt_us / 1e6 if min_rtt_us else None,
+            "mss": (m.get("start") or {}).get("tcp_mss_default"), "pmtu": pmtu}
