@@ -177,7 +177,8 @@ class DelayBased(_WindowControl):
                 self._window += acked
             else:
                 self._window += self.ai * acked / self._window
-            self._window = min(self._window, self.max_window)
+            if self._window > self.max_window:
+                self._window = self.max_window
         elif self._can_decrease(now):
             factor = 1.0 - self.beta * (delay - target) / delay
             self._decrease(max(factor, 1.0 - self.max_mdf), now)
@@ -196,7 +197,10 @@ class DelayBased(_WindowControl):
         """
         if self.target_packets <= 0 or srtt is None:
             return self.target_delay
-        return max(self.target_delay, self.target_packets * srtt / max(self._window, 1.0))
+        # Compared, not max()ed: this runs on every ACK and builtin calls are dear there.
+        window = self._window if self._window > 1.0 else 1.0
+        target = self.target_packets * srtt / window
+        return target if target > self.target_delay else self.target_delay
 
     def on_loss(self, now: float, share: float = 1.0) -> None:
         """``share``: fraction of the window that was on the EVs that lost. With spraying, a loss
