@@ -33,6 +33,7 @@ from transport.wire import (
     PSN_MASK,
     TYPE_ACK,
     TYPE_DATA,
+    TYPE_OFFSET,
     WireError,
     pack_data,
     parse_ack,
@@ -134,7 +135,7 @@ class Connection:
         """Process one datagram from the peer. Never raises: bad input is counted as dropped."""
         self._now = now
         try:
-            ptype = data[3] if len(data) > 3 else 0
+            ptype = data[TYPE_OFFSET] if len(data) > TYPE_OFFSET else 0
             if ptype == TYPE_DATA:
                 cid, psn, msg_id, idx, count, msg_len, ts, ev, payload, _flags = parse_data(data)
             elif ptype == TYPE_ACK:
@@ -325,7 +326,8 @@ class Connection:
         # PSNs to seqs, relative to the oldest unacknowledged one; anything beyond what was sent is bogus.
         una = recovery.una
         ref = self.initial_psn + una
-        cum = una + psn_diff(cum_psn, ref)
+        # An ACK per packet in order moves the cumulative point one past the oldest unacknowledged.
+        cum = una + 1 if cum_psn == (ref + 1) & PSN_MASK else una + psn_diff(cum_psn, ref)
         if cum > recovery.next_seq:
             st.drop("ack_unsent")
             return

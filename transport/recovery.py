@@ -238,7 +238,52 @@ class LossRecovery:
             una += 1
         self.una = una
 
-        rtt_sample = None if trig is None else self._on_echo(trig, echo_ts, ack_delay, now)
+        # What the echoed timestamp tells: an RTT sample, the peer's ACK hold, whether a
+        # retransmission was spurious, and RACK's reference (the latest-sent delivered packet).
+        rtt_sample: float | None = None
+        if trig is not None:
+            tx = trig.tx
+            if tx is None:
+                match = 0 if trig.ts == echo_ts else -1
+                n_tx = 1
+                sent_time = trig.sent_time
+                ev = trig.ev
+            else:
+                match = -1
+                n_tx = len(tx)
+                sent_time, ev = 0.0, 0
+                for i, (ts, t_ev, t_time) in enumerate(tx):
+                    if ts == echo_ts:
+                        match, ev, sent_time = i, t_ev, t_time
+                        break
+            if ack_delay:
+                held = ack_delay * 1e-6
+                allow = self._ack_allow
+                self._ack_allow = held if held > allow else allow - (allow - held) / 64
+            if match >= 0:
+                rtt = now - sent_time - ack_delay * 1e-6
+                if rtt <= 0:
+                    rtt = now - sent_time
+                if rtt > 0:
+                    rtt_sample = rtt
+                    self.rtt.update(rtt)
+                    self._rto_value = None
+                    est = self._ev_rtt.get(ev)
+                    if est is None:
+                        est = self._ev_rtt[ev] = RttEstimator()
+                    est.update(rtt)
+                    st.rtt.append(rtt)
+                    (st.per_ev.get(ev) or st.ev(ev)).rtt.append(rtt)
+                    self._policy.on_ack(ev, rtt, now)
+                delivered = trig.seq not in sent
+                if delivered and match < n_tx - 1 and not trig.spurious:
+                    # An earlier copy reached the receiver: the later copies were not needed.
+                    trig.spurious = True
+                    st.spurious_retransmissions += n_tx - 1 - match
+                    self._on_spurious(now)
+                if delivered and match == n_tx - 1 and trig.tx_order > self._rack_order:
+                    self._rack_order = trig.tx_order
+                    self._rack_dirty = True
 
         # Acknowledged packets leave the flight; the latest-sent of them becomes RACK's reference.
         if newly:
@@ -255,7 +300,7 @@ class LossRecovery:
                     if rec.tx_order > rack:
                         rack = rec.tx_order
                 else:
-                    # Retransmitted: remembered a while, for echoes of an earlier copy (_on_echo).
+                    # Retransmitted: remembered a while, for echoes of an earlier copy (above).
                     retired[rec.seq] = rec
                     if len(retired) > _RETIRED_MAX:
                         retired.popitem(last=False)
@@ -287,55 +332,6 @@ class LossRecovery:
         elif self._loss_time is not None and now >= self._loss_time:
             self.detect_lost(now)
         return newly
-
-    def _on_echo(self, trig: SentPacket, echo_ts: int, ack_delay: int, now: float) -> float | None:
-        """What the timestamp an ACK echoes for ``trig`` tells: an RTT sample (returned, or None),
-        the peer's ACK hold, whether a retransmission was spurious, and the RACK reference."""
-        st = self._stats
-        rtt_sample: float | None = None
-        tx = trig.tx
-        if tx is None:
-            match = 0 if trig.ts == echo_ts else -1
-            n_tx = 1
-            sent_time = trig.sent_time
-            ev = trig.ev
-        else:
-            match = -1
-            n_tx = len(tx)
-            sent_time, ev = 0.0, 0
-            for i, (ts, t_ev, t_time) in enumerate(tx):
-                if ts == echo_ts:
-                    match, ev, sent_time = i, t_ev, t_time
-                    break
-        if ack_delay:
-            held = ack_delay * 1e-6
-            allow = self._ack_allow
-            self._ack_allow = held if held > allow else allow - (allow - held) / 64
-        if match >= 0:
-            rtt = now - sent_time - ack_delay * 1e-6
-            if rtt <= 0:
-                rtt = now - sent_time
-            if rtt > 0:
-                rtt_sample = rtt
-                self.rtt.update(rtt)
-                self._rto_value = None
-                est = self._ev_rtt.get(ev)
-                if est is None:
-                    est = self._ev_rtt[ev] = RttEstimator()
-                est.update(rtt)
-                st.rtt.append(rtt)
-                (st.per_ev.get(ev) or st.ev(ev)).rtt.append(rtt)
-                self._policy.on_ack(ev, rtt, now)
-            delivered = trig.seq not in self.sent
-            if delivered and match < n_tx - 1 and not trig.spurious:
-                # An earlier copy reached the receiver: the later copies were not needed.
-                trig.spurious = True
-                st.spurious_retransmissions += n_tx - 1 - match
-                self._on_spurious(now)
-            if delivered and match == n_tx - 1 and trig.tx_order > self._rack_order:
-                self._rack_order = trig.tx_order
-                self._rack_dirty = True
-        return rtt_sample
 
     def _on_spurious(self, now: float) -> None:
         """A retransmission was unnecessary: undo the window decrease it caused, and widen the
