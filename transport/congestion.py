@@ -2,11 +2,18 @@
 
 Windows are in packets (floats, so additive increase can grow by fractions of a packet per ACK).
 ``pacing_rate`` is in packets per second, or None until an RTT is known.
+
+A controller reads the smoothed and minimum RTT from the ``RttEstimator`` it is given: inside a
+connection that is the one loss recovery keeps, already updated with the sample ``on_ack`` reports.
+A controller built alone keeps its own and updates it in ``on_ack``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
+
+from transport.recovery import RttEstimator
 
 
 class CongestionControl(Protocol):
@@ -29,28 +36,57 @@ class CongestionControl(Protocol):
     def state(self) -> dict: ...
 
 
-class FixedWindow:
-    """A constant window; pacing spreads it over the smoothed RTT."""
+@dataclass(slots=True)
+class Pacer:
+    """When the next paced transmission is due; the connection's send loop advances it, banking up
+    to ``burst`` packet intervals of idle time."""
 
-    name = "fixed"
+    burst: int = 4
+    next_time: float = float("-inf")
 
-    def __init__(self, window: int, pacing: bool = True) -> None:
+
+class _WindowControl:
+    """What both controllers share: a window in packets, pacing it over the smoothed RTT, and the
+    RTT estimate they read (loss recovery's, or their own when built alone)."""
+
+    def __init__(self, window: float, pacing: bool = True, rtt: RttEstimator | None = None) -> None:
         self._window = float(window)
         self._pacing = pacing
-        self._srtt: float | None = None
+        self._own_rtt = rtt is None
+        self.rtt = RttEstimator() if rtt is None else rtt
 
     @property
     def window(self) -> float:
         return self._window
 
     @property
-    def pacing_rate(self) -> float | None:
-        if not self._pacing or self._srtt is None:
+    def srtt(self) -> float | None:
+        return self.rtt.srtt
+
+    @property
+    def min_rtt(self) -> float | None:
+        return self.rtt.min_rtt
+
+    def _paced(self, gain: float) -> float | None:
+        """``gain`` windows per smoothed RTT, or None without pacing or an RTT."""
+        srtt = self.rtt.srtt
+        if not self._pacing or srtt is None:
             return None
-        return 1.5 * self._window / self._srtt
+        return gain * self._window / srtt
+
+
+class FixedWindow(_WindowControl):
+    """A constant window; pacing spreads it over the smoothed RTT."""
+
+    name = "fixed"
+
+    @property
+    def pacing_rate(self) -> float | None:
+        return self._paced(1.5)
 
     def on_ack(self, rtt: float, acked: int, now: float) -> None:
-        self._srtt = rtt if self._srtt is None else 0.875 * self._srtt + 0.125 * rtt
+        if self._own_rtt:
+            self.rtt.update(rtt)
 
     def on_loss(self, now: float, share: float = 1.0) -> None:
         pass
@@ -65,7 +101,7 @@ class FixedWindow:
         return {"window": self._window}
 
 
-class DelayBased:
+class DelayBased(_WindowControl):
     """Swift-like: grow while queueing delay (RTT minus the minimum RTT) is below target, shrink
     in proportion to the excess, and shrink multiplicatively on loss -- each decrease at most once
     per RTT. Until the first decrease the window doubles per RTT (slow start), so short transfers
@@ -91,8 +127,9 @@ class DelayBased:
         max_mdf: float = 0.5,
         loss_beta: float = 0.25,
         min_window: float = 1.0,
+        rtt: RttEstimator | None = None,
     ) -> None:
-        self._window = float(initial_window)
+        super().__init__(initial_window, pacing, rtt)
         self.max_window = float(max_window)
         self.min_window = min_window
         self.target_delay = target_delay
@@ -102,9 +139,6 @@ class DelayBased:
         self.beta = beta
         self.max_mdf = max_mdf
         self.loss_beta = loss_beta
-        self._pacing = pacing
-        self.min_rtt: float | None = None
-        self.srtt: float | None = None
         self.slow_start = True
         self._last_decrease = float("-inf")
         self.decreases = 0
@@ -113,19 +147,12 @@ class DelayBased:
         self.undone = 0
 
     @property
-    def window(self) -> float:
-        return self._window
-
-    @property
     def pacing_rate(self) -> float | None:
-        if not self._pacing or self.srtt is None:
-            return None
         # Pace a little faster than window/RTT so pacing smooths bursts without capping throughput.
-        gain = 2.0 if self.slow_start else 1.25
-        return gain * self._window / self.srtt
+        return self._paced(2.0 if self.slow_start else 1.25)
 
     def _can_decrease(self, now: float) -> bool:
-        return now - self._last_decrease >= (self.srtt or 0.0)
+        return now - self._last_decrease >= (self.rtt.srtt or 0.0)
 
     def _decrease(self, factor: float, now: float) -> None:
         self._undo_window = None
@@ -137,10 +164,11 @@ class DelayBased:
     def on_ack(self, rtt: float, acked: int, now: float) -> None:
         if rtt <= 0:
             return
-        self.min_rtt = rtt if self.min_rtt is None else min(self.min_rtt, rtt)
-        self.srtt = rtt if self.srtt is None else 0.875 * self.srtt + 0.125 * rtt
-        delay = rtt - self.min_rtt
-        target = self.target = self._target()
+        est = self.rtt
+        if self._own_rtt:
+            est.update(rtt)
+        delay = rtt - est.min_rtt  # type: ignore[operator]  # not None: this sample is in it
+        target = self.target = self._target(est.srtt)
         if self.slow_start and delay >= target / 2:
             # Leave slow start early: the delay signal lags a doubling window by an RTT.
             self.slow_start = False
@@ -149,12 +177,13 @@ class DelayBased:
                 self._window += acked
             else:
                 self._window += self.ai * acked / self._window
-            self._window = min(self._window, self.max_window)
+            if self._window > self.max_window:
+                self._window = self.max_window
         elif self._can_decrease(now):
             factor = 1.0 - self.beta * (delay - target) / delay
             self._decrease(max(factor, 1.0 - self.max_mdf), now)
 
-    def _target(self) -> float:
+    def _target(self, srtt: float | None) -> float:
         """The queueing delay to aim for: ``target_delay``, but at least ``target_packets`` packets'
         worth at the connection's own rate (srtt / window per packet).
 
@@ -166,9 +195,12 @@ class DelayBased:
         flow's own rate keeps the target meaningful from Mb/s emulators to fast simulated paths,
         where the floor ``target_delay`` governs.
         """
-        if self.target_packets <= 0 or self.srtt is None:
+        if self.target_packets <= 0 or srtt is None:
             return self.target_delay
-        return max(self.target_delay, self.target_packets * self.srtt / max(self._window, 1.0))
+        # Compared, not max()ed: this runs on every ACK and builtin calls are dear there.
+        window = self._window if self._window > 1.0 else 1.0
+        target = self.target_packets * srtt / window
+        return target if target > self.target_delay else self.target_delay
 
     def on_loss(self, now: float, share: float = 1.0) -> None:
         """``share``: fraction of the window that was on the EVs that lost. With spraying, a loss
@@ -193,6 +225,7 @@ class DelayBased:
             self._window = min(self.max_window, max(self._window, self._undo_window))
             self._undo_window = None
             self.undone += 1
+
     def state(self) -> dict:
         return {
             "window": self._window, "min_rtt": self.min_rtt, "target": self.target, "decreases": self.decreases,
@@ -202,9 +235,11 @@ class DelayBased:
 
 def make_cc(
     name: str, window: int, max_window: int, target_delay: float, pacing: bool = True, target_packets: float = 0.0,
+    rtt: RttEstimator | None = None,
 ) -> CongestionControl:
+    """``rtt``: the estimate to read, kept up to date by its owner (loss recovery); None = keep one."""
     if name == "delay":
-        return DelayBased(window, max_window, target_delay, target_packets=target_packets, pacing=pacing)
+        return DelayBased(window, max_window, target_delay, target_packets=target_packets, pacing=pacing, rtt=rtt)
     if name == "fixed":
-        return FixedWindow(window, pacing=pacing)
+        return FixedWindow(window, pacing=pacing, rtt=rtt)
     raise ValueError(f"unknown congestion control {name!r}: use delay or fixed")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from typing import Protocol
 
+from transport.recovery import RttEstimator
+
 
 class PathPolicy(Protocol):
     name: str
@@ -109,13 +111,14 @@ class Adaptive:
         self.min_cooldown = min_cooldown
         self.rtt_factor = rtt_factor
         self.max_backoff = max_backoff
-        self.srtt: list[float | None] = [None] * num_evs
+        # Per-EV RTT of its own, not loss recovery's: an EV benched for an inflated RTT starts afresh.
+        self.rtt: dict[int, RttEstimator] = {}
         self.benched_until = [float("-inf")] * num_evs
         self.backoff = [1] * num_evs
         self.penalties = [0] * num_evs
 
     def _best_rtt(self) -> float | None:
-        known = [r for r in self.srtt if r is not None]
+        known = [est.srtt for est in self.rtt.values() if est.srtt is not None]
         return min(known) if known else None
 
     def _penalise(self, ev: int, now: float, weight: float = 1.0) -> None:
@@ -145,13 +148,15 @@ class Adaptive:
     def on_ack(self, ev: int, rtt: float, now: float) -> None:
         if not 0 <= ev < self.num_evs:
             return
-        prev = self.srtt[ev]
-        self.srtt[ev] = rtt if prev is None else 0.875 * prev + 0.125 * rtt
+        est = self.rtt.get(ev)
+        if est is None:
+            est = self.rtt[ev] = RttEstimator()
+        est.update(rtt)
         best = self._best_rtt()
-        if best is not None and self.srtt[ev] > self.rtt_factor * best:
+        if best is not None and est.srtt > self.rtt_factor * best:  # type: ignore[operator]
             self._penalise(ev, now, weight=0.5)
             # Forget the inflated estimate so the probe after the cool-down is judged afresh.
-            self.srtt[ev] = None
+            del self.rtt[ev]
 
     def on_loss(self, ev: int, now: float) -> None:
         self._penalise(ev, now)

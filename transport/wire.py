@@ -97,24 +97,26 @@ def read_conn_id(data: bytes) -> int:
 
 def read_ev(data: bytes) -> int:
     return data[EV_OFFSET] << 8 | data[EV_OFFSET + 1]
-_DATA = struct.Struct("!" + "".join(code for _, code, _ in DATA_FIELDS))
-_ACK = struct.Struct("!" + "".join(code for _, code, _ in ACK_FIELDS))
-# Everything but the trailing CRC, which is appended after being computed over these bytes.
-_DATA_NOCRC = struct.Struct(_DATA.format[:-1])
-_ACK_NOCRC = struct.Struct(_ACK.format[:-1])
 
-# Public handles on the precompiled structs for the connection's hot path, which packs and parses
-# headers directly instead of going through DataPacket / AckPacket objects.
-DATA_STRUCT = _DATA
-DATA_NOCRC_STRUCT = _DATA_NOCRC
-ACK_STRUCT = _ACK
-ACK_NOCRC_STRUCT = _ACK_NOCRC
-CRC_STRUCT = struct.Struct("!I")
+
+# Every field of each header, CRC included, in table order: for tools that read header fields as
+# they are, without the checks parse_data() / parse_ack() make.
+DATA_STRUCT = struct.Struct("!" + "".join(code for _, code, _ in DATA_FIELDS))
+ACK_STRUCT = struct.Struct("!" + "".join(code for _, code, _ in ACK_FIELDS))
+# Everything but the trailing CRC, which is appended after being computed over these bytes.
+_pack_data_head = struct.Struct(DATA_STRUCT.format[:-1]).pack
+_pack_ack_head = struct.Struct(ACK_STRUCT.format[:-1]).pack
+_pack_crc = struct.Struct("!I").pack
+_unpack_data = DATA_STRUCT.unpack_from
+_unpack_ack = ACK_STRUCT.unpack_from
+_crc32 = zlib.crc32
 
 COMMON_LEN = _COMMON.size
-DATA_HEADER_LEN = _DATA.size
-ACK_LEN = _ACK.size
+DATA_HEADER_LEN = DATA_STRUCT.size
+ACK_LEN = ACK_STRUCT.size
 MAX_PAYLOAD = 0xFFFF
+_DATA_CRC_AT = DATA_HEADER_LEN - 4
+_ACK_CRC_AT = ACK_LEN - 4
 
 
 class WireError(ValueError):
@@ -128,8 +130,7 @@ def psn_add(psn: int, n: int) -> int:
 
 def psn_diff(a: int, b: int) -> int:
     """Signed distance ``a - b`` in serial-number arithmetic (RFC 1982), in [-2^31, 2^31)."""
-    d = (a - b) & PSN_MASK
-    return d - (1 << PSN_BITS) if d >= _PSN_HALF else d
+    return ((a - b + _PSN_HALF) & PSN_MASK) - _PSN_HALF
 
 
 def psn_lt(a: int, b: int) -> bool:
@@ -193,22 +194,107 @@ class AckPacket:
         return out
 
 
+# The connection's hot path packs and parses with the four functions below, which build no packet
+# objects; encode() and decode() wrap them for everyone else, so there is one packer and one parser.
+
+
+def pack_data(
+    flags: int, ev: int, conn_id: int, psn: int, msg_id: int, frag_index: int, frag_count: int, msg_len: int,
+    timestamp: int, payload: bytes,
+) -> bytes:
+    """A DATA datagram; raises struct.error if a field does not fit its width."""
+    head = _pack_data_head(
+        MAGIC, VERSION, TYPE_DATA, flags, ev, conn_id, psn, msg_id, frag_index, frag_count, msg_len, timestamp,
+        len(payload),
+    )
+    return head + _pack_crc(_crc32(payload, _crc32(head))) + payload
+
+
+def pack_ack(
+    flags: int, ev: int, conn_id: int, cum_psn: int, sack_base: int, sack_bitmap: int, ack_psn: int, echo_ts: int,
+    ack_delay: int, rwnd: int,
+) -> bytes:
+    """An ACK datagram; raises struct.error if a field does not fit its width."""
+    head = _pack_ack_head(
+        MAGIC, VERSION, TYPE_ACK, flags, ev, conn_id, cum_psn, sack_base, sack_bitmap, ack_psn, echo_ts, ack_delay,
+        rwnd,
+    )
+    return head + _pack_crc(_crc32(head))
+
+
+def parse_data(data: bytes) -> tuple[int, int, int, int, int, int, int, int, bytes, int]:
+    """The fields of a DATA datagram in DataPacket's order (conn_id, psn, msg_id, frag_index,
+    frag_count, msg_len, timestamp, ev, payload, flags), validated; raises WireError naming the problem."""
+    n = len(data)
+    if n >= DATA_HEADER_LEN:
+        (magic, version, ptype, flags, ev, cid, psn, msg_id, idx, count, msg_len, ts, plen,
+         crc) = _unpack_data(data)
+        payload = bytes(data[DATA_HEADER_LEN:])
+        if (
+            magic == MAGIC
+            and version == VERSION
+            and ptype == TYPE_DATA
+            and plen == n - DATA_HEADER_LEN
+            and _crc32(payload, _crc32(data[:_DATA_CRC_AT])) == crc
+            and idx < count
+            and plen <= msg_len
+        ):
+            return cid, psn, msg_id, idx, count, msg_len, ts, ev, payload, flags
+    raise WireError(why_malformed(data))
+
+
+def parse_ack(data: bytes) -> tuple[int, int, int, int, int, int, int, int, int, int]:
+    """The fields of an ACK datagram in AckPacket's order (conn_id, cum_psn, sack_base, sack_bitmap,
+    ack_psn, echo_ts, ev, rwnd, ack_delay, flags), validated; raises WireError naming the problem."""
+    if len(data) == ACK_LEN:
+        (magic, version, ptype, flags, ev, cid, cum, base, bitmap, ack_psn, echo, delay, rwnd,
+         crc) = _unpack_ack(data)
+        if magic == MAGIC and version == VERSION and ptype == TYPE_ACK and _crc32(data[:_ACK_CRC_AT]) == crc:
+            return cid, cum, base, bitmap, ack_psn, echo, ev, rwnd, delay, flags
+    raise WireError(why_malformed(data))
+
+
+def why_malformed(data: bytes) -> str:
+    """What is wrong with a datagram the parsers rejected: the first failed check, in wire order."""
+    if len(data) < COMMON_LEN:
+        return f"datagram of {len(data)} bytes is shorter than the {COMMON_LEN}-byte prefix"
+    magic, version, ptype, _flags, _ev, _cid = _COMMON.unpack_from(data)
+    if magic != MAGIC:
+        return f"bad magic 0x{magic:04x}"
+    if version != VERSION:
+        return f"unsupported version {version}"
+    if ptype == TYPE_DATA:
+        if len(data) < DATA_HEADER_LEN:
+            return f"DATA of {len(data)} bytes is shorter than its {DATA_HEADER_LEN}-byte header"
+        *_, frag_index, frag_count, msg_len, _ts, plen, crc = _unpack_data(data)
+        payload = data[DATA_HEADER_LEN:]
+        if plen != len(payload):
+            return f"payload_len {plen} but {len(payload)} bytes follow the header"
+        if _crc32(payload, _crc32(data[:_DATA_CRC_AT])) != crc:
+            return "CRC mismatch"
+        if frag_count == 0 or frag_index >= frag_count:
+            return f"fragment {frag_index} of {frag_count}"
+        return f"payload of {plen} bytes in a message of {msg_len} bytes"
+    if ptype == TYPE_ACK:
+        if len(data) != ACK_LEN:
+            return f"ACK of {len(data)} bytes, expected {ACK_LEN}"
+        return "CRC mismatch"
+    return f"unknown packet type {ptype}"
+
+
 def encode(pkt: DataPacket | AckPacket) -> bytes:
     """Serialise a packet; raises WireError if a field does not fit its width."""
     try:
         if isinstance(pkt, DataPacket):
-            head = _DATA_NOCRC.pack(
-                MAGIC, VERSION, TYPE_DATA, pkt.flags, pkt.ev, pkt.conn_id, pkt.psn, pkt.msg_id,
-                pkt.frag_index, pkt.frag_count, pkt.msg_len, pkt.timestamp, len(pkt.payload),
+            return pack_data(
+                pkt.flags, pkt.ev, pkt.conn_id, pkt.psn, pkt.msg_id, pkt.frag_index, pkt.frag_count, pkt.msg_len,
+                pkt.timestamp, pkt.payload,
             )
-            crc = zlib.crc32(pkt.payload, zlib.crc32(head))
-            return head + crc.to_bytes(4, "big") + pkt.payload
         if isinstance(pkt, AckPacket):
-            head = _ACK_NOCRC.pack(
-                MAGIC, VERSION, TYPE_ACK, pkt.flags, pkt.ev, pkt.conn_id, pkt.cum_psn, pkt.sack_base,
-                pkt.sack_bitmap, pkt.ack_psn, pkt.echo_ts, pkt.ack_delay, pkt.rwnd,
+            return pack_ack(
+                pkt.flags, pkt.ev, pkt.conn_id, pkt.cum_psn, pkt.sack_base, pkt.sack_bitmap, pkt.ack_psn,
+                pkt.echo_ts, pkt.ack_delay, pkt.rwnd,
             )
-            return head + zlib.crc32(head).to_bytes(4, "big")
     except struct.error as exc:
         raise WireError(f"field out of range: {exc}") from exc
     raise WireError(f"cannot encode {type(pkt).__name__}")
@@ -216,34 +302,9 @@ def encode(pkt: DataPacket | AckPacket) -> bytes:
 
 def decode(data: bytes) -> DataPacket | AckPacket:
     """Parse and validate one datagram; raises WireError on anything malformed or corrupted."""
-    if len(data) < COMMON_LEN:
-        raise WireError(f"datagram of {len(data)} bytes is shorter than the {COMMON_LEN}-byte prefix")
-    magic, version, ptype, _flags, _ev, _cid = _COMMON.unpack_from(data)
-    if magic != MAGIC:
-        raise WireError(f"bad magic 0x{magic:04x}")
-    if version != VERSION:
-        raise WireError(f"unsupported version {version}")
+    ptype = data[TYPE_OFFSET] if len(data) > TYPE_OFFSET else 0
     if ptype == TYPE_DATA:
-        if len(data) < DATA_HEADER_LEN:
-            raise WireError(f"DATA of {len(data)} bytes is shorter than its {DATA_HEADER_LEN}-byte header")
-        (_, _, _, flags, ev, cid, psn, msg_id, frag_index, frag_count, msg_len, ts, plen,
-         crc) = _DATA.unpack_from(data)
-        payload = bytes(data[DATA_HEADER_LEN:])
-        if plen != len(payload):
-            raise WireError(f"payload_len {plen} but {len(payload)} bytes follow the header")
-        if zlib.crc32(payload, zlib.crc32(data[: DATA_HEADER_LEN - 4])) != crc:
-            raise WireError("CRC mismatch")
-        if frag_count == 0 or frag_index >= frag_count:
-            raise WireError(f"fragment {frag_index} of {frag_count}")
-        if plen > msg_len:
-            raise WireError(f"payload of {plen} bytes in a message of {msg_len} bytes")
-        return DataPacket(cid, psn, msg_id, frag_index, frag_count, msg_len, ts, ev, payload, flags)
+        return DataPacket(*parse_data(data))
     if ptype == TYPE_ACK:
-        if len(data) != ACK_LEN:
-            raise WireError(f"ACK of {len(data)} bytes, expected {ACK_LEN}")
-        (_, _, _, flags, ev, cid, cum, base, bitmap, ack_psn, echo, delay, rwnd,
-         crc) = _ACK.unpack_from(data)
-        if zlib.crc32(data[: ACK_LEN - 4]) != crc:
-            raise WireError("CRC mismatch")
-        return AckPacket(cid, cum, base, bitmap, ack_psn, echo, ev, rwnd, delay, flags)
-    raise WireError(f"unknown packet type {ptype}")
+        return AckPacket(*parse_ack(data))
+    raise WireError(why_malformed(data))

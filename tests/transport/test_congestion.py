@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from transport.congestion import DelayBased, FixedWindow, make_cc
+from transport.recovery import RttEstimator
 
 
 def test_fixed_window_ignores_signals_and_paces_over_srtt() -> None:
@@ -112,3 +113,15 @@ def test_spurious_retransmission_undoes_the_loss_decrease() -> None:
     cc.on_ack(0.0100, 1, 0.03)  # a delay-driven decrease replaces the undo record
     cc.on_spurious(0.04)
     assert cc.window < w / 2 and cc.undone == 1
+
+
+@pytest.mark.parametrize("name", ["delay", "fixed"])
+def test_a_shared_rtt_estimate_is_read_not_updated_again(name: str) -> None:
+    # In a connection loss recovery updates the estimate with a sample before on_ack reports it.
+    rtt = RttEstimator()
+    cc = make_cc(name, 10, 100, 0.002, rtt=rtt)
+    for sample in (0.001, 0.003):
+        rtt.update(sample)
+        cc.on_ack(sample, 1, 0.0)
+    assert rtt.srtt == pytest.approx(0.875 * 0.001 + 0.125 * 0.003)
+    assert cc.srtt == rtt.srtt and cc.min_rtt == 0.001  # type: ignore[attr-defined]

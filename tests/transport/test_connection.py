@@ -367,7 +367,7 @@ def test_timeout_waits_while_acks_keep_arriving() -> None:
     p.now = 0.001
     p.deliver("a", sent[1:2])
     p.deliver("b", p.drain("b"))
-    rto_from_oldest = p.a._rto()
+    rto_from_oldest = p.a._recovery.rto()
     p.now = rto_from_oldest + 0.0005
     p.deliver("a", sent[2:3])
     p.deliver("b", p.drain("b"))  # progress: new data acknowledged
@@ -384,7 +384,7 @@ def test_pacing_sends_in_quanta() -> None:
         cfg = TransportConfig(cc="fixed", window=64, pacing_quantum=quantum, rto_min=1.0, rto_max=1.0)
         p = make_pair(cfg)
         p.a.send_message(_msg(cfg.max_payload * 200))
-        p.a._cc.on_ack(0.96, 1, 0.0)  # srtt so that pacing = 1.5 * 64 / srtt = 100 packets/s
+        p.a._rtt.update(0.96)  # srtt so that pacing = 1.5 * 64 / srtt = 100 packets/s
         p.drain("a")  # the initial burst
         wakeups = packets = 0
         while True:
