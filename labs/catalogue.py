@@ -74,9 +74,19 @@ def load_checker(lab: Lab) -> ModuleType:
     """Lab's check.py as a module (its `check(target)` grades a results or code folder)."""
     if not lab.checker.is_file():
         raise LabError(f"lab {lab.number} has no check.py in {lab.path}")
-    spec = importlib.util.spec_from_file_location(f"labs_check_{lab.number:02d}", lab.checker)
+    return import_file(lab.checker, f"labs_check_{lab.number:02d}")
+
+
+def import_file(path: Path, name: str) -> ModuleType:
+    """Execute path as module `name`, registered in sys.modules while and after it runs (dataclasses
+    look their module up there); a module that fails to import is unregistered and the error raised."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses in a checker look their module up here
-    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
     return module

@@ -12,11 +12,9 @@ of the checks still run, and the student sees every problem at once.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import numbers
-import sys
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -24,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from labs.catalogue import LabError
+from labs.catalogue import LabError, import_file
 
 
 @dataclass(frozen=True)
@@ -126,17 +124,10 @@ def load_module(folder: Path, filename: str) -> ModuleType | Check:
     path = folder / filename
     if not path.is_file():
         return failed(f"load {filename}", f"{path} does not exist; copy the lab's starter/ and edit it there")
-    name = f"_lab_student_{abs(hash(path.resolve()))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses in the student's module look themselves up here
     try:
-        spec.loader.exec_module(module)
+        return import_file(path, f"_lab_student_{abs(hash(path.resolve()))}")
     except Exception as exc:
-        sys.modules.pop(name, None)
         return failed(f"load {filename}", f"importing {path} raised {_where(exc)}")
-    return module
 
 
 def call(module: ModuleType, function: str, *args: Any, **kwargs: Any) -> tuple[Any, Check | None]:
