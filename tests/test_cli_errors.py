@@ -130,3 +130,21 @@ def test_node_and_link_caps_and_their_settings(tmp_path, monkeypatch):
     assert len(parse_spec(spec).hosts) == 2200
     monkeypatch.setenv("FABRICLAB_MAX_NODES", "x")
     assert "FABRICLAB_MAX_NODES='x'" in _one_line(["probe", "--topo", "leaf-spine"])
+
+
+def test_a_type_that_raises_oserror_or_runtimeerror_is_a_usage_error(capsys):
+    from cli.args import OneLineParser
+
+    def refuses(text: str) -> str:
+        if text == "loop":
+            raise RuntimeError(f"Symlink loop from {text!r}")
+        raise OSError(36, "File name too long")
+
+    parser = OneLineParser(prog="fabriclab x")
+    parser.add_argument("--file", type=refuses)
+    for value, words in (("loop", "Symlink loop from 'loop'"), ("a" * 300, "File name too long")):
+        with pytest.raises(SystemExit) as stop:
+            parser.parse_args(["--file", value])
+        err = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and len(err.splitlines()) == 1 and len(err) < 200, err
+        assert err.startswith("fabriclab x: error: argument --file: ") and words in err
