@@ -4,7 +4,6 @@ what `--duration` does to an all-reduce (lab 5). No root."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from emulator.controller.rules import Multipath, compute_rules
