@@ -67,13 +67,24 @@ def _recovery(s: float | None) -> str:
     return f"back to 60 % of before {s:.2f} s after the fault, and stayed"
 
 
+def _finer(fmt: Any, x: float, decimals: int) -> str:
+    """x as fmt shows it, with `decimals` more decimals."""
+    if fmt is _pct:
+        return f"{x:.{decimals}%}"
+    if fmt is _mbps:
+        return f"{x / 1e6:.{decimals + 1}f} Mb/s"
+    if fmt is _ms and x < 1:
+        return f"{x * 1e3:.{decimals}f} ms"
+    return f"{x:.{decimals + 2}g}"
+
+
 def _exact(fmt: Any, a: float, b: float) -> tuple[str, str]:
-    """fmt(a), fmt(b), with more digits when they would print alike ("63% < 63%")."""
+    """fmt(a), fmt(b), with more decimals when they would print alike ("63% < 63%")."""
     shown_a, shown_b = fmt(a), fmt(b)
-    digits = 3
-    while shown_a == shown_b and a != b and digits < 9:
-        shown_a, shown_b = f"{a:.{digits}g}", f"{b:.{digits}g}"
-        digits += 1
+    decimals = 1
+    while shown_a == shown_b and a != b and decimals < 7:
+        shown_a, shown_b = _finer(fmt, a, decimals), _finer(fmt, b, decimals)
+        decimals += 1
     return shown_a, shown_b
 
 

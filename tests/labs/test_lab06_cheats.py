@@ -44,3 +44,20 @@ def test_the_solution_passes_every_check_including_conformance():
     assert {"conformance: on_timeout", "conformance: avoid", "conformance: state", "no fault: goodput",
             "cut: recovery", "slow: tail"} <= set(checks)
     assert "in all 3 trials" in checks["cut: tail"].reason and "unfinished" in checks["cut: tail"].reason
+
+
+def test_a_bound_and_a_value_that_round_alike_print_the_digits_that_differ():
+    check = load_checker(LAB6)
+    # 0.75 x 84.2 % = 63.15 %; 62.9 % is below it, and both print as 63 % at whole percents.
+    result = check._versus("slow: failover", 0.629, {"adaptive": 0.842, "spray": 0.25}, 0.75, True, check._pct,
+                           "goodput kept")
+    assert not result.passed
+    assert "63% < 63%" not in result.reason and "62.9% < 63.1%" in result.reason, result.reason
+    ok = check._versus("tail", 0.062, {"spray": 0.062}, 1.5, False, check._ms, "p99")
+    assert ok.passed and "62 ms <= 93 ms" in ok.reason
+
+
+def test_a_policy_fault_stops_the_trial_and_says_so():
+    checks = {c.name: c for c in load_checker(LAB6).check(LAB6.path / "starter")}
+    fault = checks["cut: policy fault"]
+    assert not fault.passed and "the trial stopped there" in fault.reason and "went on with spray" not in fault.reason
