@@ -56,9 +56,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.set_defaults(func=cmd_doctor)
 
     p = commands.add_parser("clean", help="remove what fabriclab left behind (and nothing else)",
-                            description="Remove namespaces' shells, OVS bridges, interfaces, nftables tables and "
-                            "controller processes recorded by fabriclab runs that are no longer running. Touches "
-                            "nothing fabriclab did not create.")
+                            description="Remove what fabriclab runs that are no longer running recorded: node shells, "
+                            "per-switch Open vSwitch daemons, controller processes (each by the pid it recorded, "
+                            "checked against its command line), work directories, and OVS bridges, interfaces "
+                            "and nftables tables of shared-daemon runs. Touches nothing fabriclab did not "
+                            "create.")
     p.add_argument("--force", action="store_true", help="also tear down runs whose process is still alive")
     p.set_defaults(func=cmd_clean)
 
