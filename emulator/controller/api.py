@@ -44,7 +44,8 @@ class ApiError(Exception):
         self.status = status
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address, IPv6 in brackets or not) is this machine's loopback."""
     if host == "localhost":
         return True
     try:
@@ -53,7 +54,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _host_name(header: str) -> str | None:
+def host_name(header: str) -> str | None:
     """The host part of a Host header (None if it is no host[:port])."""
     try:
         parts = urlsplit(f"//{header}")
@@ -85,10 +86,10 @@ def _handler_class(backend: Backend, listen: str = "127.0.0.1",
             host = self.headers.get("Host")
             if not host:
                 raise ApiError(HTTPStatus.BAD_REQUEST, "no Host header; name the server, e.g. Host: 127.0.0.1")
-            name = _host_name(host)
+            name = host_name(host)
             if name is None:
                 raise ApiError(HTTPStatus.BAD_REQUEST, "the Host header is not a host name or address")
-            if not (_is_loopback(name) or name == listen.strip("[]")):
+            if not (is_loopback(name) or name == listen.strip("[]")):
                 raise ApiError(HTTPStatus.FORBIDDEN, "the Host header must name this server (a loopback address)")
             origin = self.headers.get("Origin")
             if origin is not None and origin != f"http://{host}":

@@ -33,10 +33,10 @@ import logging
 import socket
 from importlib import resources
 from typing import Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from emulator.controller.api import host_name, is_loopback
 from experiments.live import controls
 from experiments.live.controls import ControlError
 from experiments.live.session import LiveSession
@@ -61,26 +61,15 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=SECURITY_HEADERS)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 class BadHost(ValueError):
     """A Host header that is no host[:port] at all (`[`, a port that is not a number)."""
 
 
 def _hostname(host_header: str) -> str:
-    try:
-        parts = urlsplit(f"//{host_header}")
-        parts.port  # noqa: B018 (raises ValueError on a port that is not a number)
-    except ValueError:
-        raise BadHost(host_header) from None
-    return (parts.hostname or "").rstrip(".")
+    name = host_name(host_header)
+    if name is None:
+        raise BadHost(host_header)
+    return name.rstrip(".")
 
 
 @functools.cache
