@@ -40,6 +40,11 @@ are `host` or `gpu`; switches are `leaf`, `tor`, `edge`, `spine`, `agg`, `supers
 ip/mac/dpid come from the address plan (see topologies.builders); an ip without a prefix length gets
 /16. Missing ports are the next free port on that node: hosts count from 0, switches from 1, skipping
 ports that any link gives explicitly. Quote MAC addresses in YAML.
+
+A file is at most MAX_FILE_BYTES; YAML aliases are refused (they let a few hundred bytes stand for
+billions of elements); `description` is text and `params` plain JSON values, as they go into every
+results file. Every fabric, built or loaded, has at most MAX_NODES nodes and MAX_LINKS links
+(topologies.validate; the FABRICLAB_MAX_NODES and FABRICLAB_MAX_LINKS settings raise them).
 """
 
 from __future__ import annotations
