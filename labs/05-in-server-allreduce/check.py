@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from experiments import analysis
-from experiments.live.workload import ring_order as alternating_order
 from labs import grading
 from labs.catalogue import LabError
 from labs.grading import Check
+from live.workload import ring_order as alternating_order
 from topologies import Topology, parse_spec
 from transport.allreduce import bandwidth_bound
 from transport.config import TransportConfig

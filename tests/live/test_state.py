@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments import analysis
-from experiments.live import state
-from experiments.live.layout import layout, tiers
+from live import state
+from live.layout import layout, tiers
 from topologies import parse_spec
 
 TOPO = parse_spec("leaf-spine:spines=2,leaves=4,hosts=2,rate=10")

@@ -20,7 +20,7 @@ from typing import Any
 
 from experiments import analysis
 from experiments.analysis import HOT_OVER_MEAN, HOT_UTIL, Hop, hop_label
-from experiments.live.layout import node_levels
+from live.layout import node_levels
 from topologies import Topology, equal_cost_paths
 
 # A link direction "carries" a flow's bytes above this utilisation; below it are ACKs and noise

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import analysis
-from experiments.live.layout import natural_key
+from live.layout import natural_key
 from topologies import Topology
 from transport import command_line
 from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT

@@ -27,9 +27,9 @@ from rich.table import Table
 from rich.text import Text
 
 from experiments import analysis
-from experiments.live import controls
-from experiments.live.controls import ControlError
-from experiments.live.session import LiveSession
+from live import controls
+from live.controls import ControlError
+from live.session import LiveSession
 from topologies import Topology
 
 SPARK = "▁▂▃▄▅▆▇█"

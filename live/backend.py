@@ -5,7 +5,7 @@ switch routing mode and path policy, cut/restore a link, set loss, report the wo
 Every call may block; the session runs them in worker threads.
 
 `FabricBackend` is the real thing: emulator.network.Fabric (Mininet, Open vSwitch, the controller)
-plus the workload processes of experiments.live.workload. `FakeBackend` keeps the same promises in
+plus the workload processes of live.workload. `FakeBackend` keeps the same promises in
 memory, from the same topology description: flows follow what the routing mode and the transport's
 policy would do with their source ports (ECMP hashes each port, spray maps the port's low bits to a
 path, single pins one path per destination), share links max-min fairly, lose rate on lossy paths,
@@ -24,9 +24,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from experiments import analysis
-from experiments.live.controls import MODES, POLICIES
-from experiments.live.state import path_hops
-from experiments.live.workload import WORKLOADS, Workload, plan_pairs
+from live.controls import MODES, POLICIES
+from live.state import path_hops
+from live.workload import WORKLOADS, Workload, plan_pairs
 from topologies import Topology, equal_cost_paths
 from transport.addressing import DEFAULT_BASE_PORT
 from transport.paths import is_plugin
