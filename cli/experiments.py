@@ -13,8 +13,8 @@ from typing import Any
 from cli.args import positive_seconds
 from emulator.errors import EmulatorError
 from emulator.network import raise_terminated
-from experiments.catalogue import ArmNotFound
 from experiments.model import Arm, Experiment
+from experiments.overrides import ArmNotFound
 from experiments.policy_arm import PolicyArmError
 from experiments.runner import Reporter
 from experiments.traffic import TrafficError

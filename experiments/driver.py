@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments import analysis, arms, catalogue, plots, report, results
+from experiments import analysis, arms, catalogue, overrides, plots, report, results
 from experiments.model import Experiment
 from experiments.policy_arm import fault_sentences
 from experiments.runner import Reporter, RunOutcome, run_experiment
@@ -108,7 +108,7 @@ def rerender(path: Path) -> Rendered:
 def prepare(name: str, topo: str | None = None, duration: float | None = None, seed: int | None = None,
             repetitions: int | None = None, arms: Sequence[str] | None = None) -> tuple[Experiment, Topology]:
     entry = catalogue.get(name)
-    exp = catalogue.with_overrides(entry.build(), topology=topo, duration=duration, seed=seed,
+    exp = overrides.with_overrides(entry.build(), topology=topo, duration=duration, seed=seed,
                                    repetitions=repetitions, arms=arms)
     return exp, parse_spec(exp.topology)
 

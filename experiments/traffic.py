@@ -247,7 +247,7 @@ def apply(exp: Experiment, topo: Topology, matrix: TrafficMatrix, keep_duration:
     makespan, rounded up to 0.1 s and at least 1 s: the base of the senders' safety cap (3x) and of
     the progress bar. Fault times scale with it as they do with --duration.
     """
-    from experiments import catalogue, runner
+    from experiments import overrides, runner
 
     other = sorted({a.kind for a in exp.arms if not arm_kind(a.kind).point_to_point})
     if other:
@@ -265,5 +265,5 @@ def apply(exp: Experiment, topo: Topology, matrix: TrafficMatrix, keep_duration:
                                              "connections": len(matrix.connections)}}
     out = replace(exp, workload=w, arms=arms, extra=extra)
     if not keep_duration:
-        out = catalogue.with_overrides(out, duration=max(1.0, math.ceil(10 * makespan_s(w, topo)) / 10))
+        out = overrides.with_overrides(out, duration=max(1.0, math.ceil(10 * makespan_s(w, topo)) / 10))
     return out
