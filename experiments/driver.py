@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments import analysis, arms, catalogue, overrides, plots, report, results
+from experiments import arms, catalogue, overrides, plots, report, results
+from experiments.analysis.placement import ideal_bps
 from experiments.model import Experiment
 from experiments.policy_arm import fault_sentences
 from experiments.runner import Reporter, RunOutcome, run_experiment
@@ -37,7 +38,7 @@ def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> dict
     for arm, raw in outcome.raws:
         flows = outcome.flows.get(arm.name, first_flows)
         pairs = [(f.src, f.dst) for f in flows]
-        ideal = analysis.ideal_bps(topo, pairs) if arms.get(arm.kind).point_to_point and pairs else 0.0
+        ideal = ideal_bps(topo, pairs) if arms.get(arm.kind).point_to_point and pairs else 0.0
         entries.append(results.arm_result(arm, raw, topo, ideal, bool(outcome.bytes_per_flow.get(arm.name))))
     doc: dict[str, Any] = {
         "schema": results.SCHEMA_VERSION,

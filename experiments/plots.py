@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiments import analysis
+from experiments.analysis import links
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def path_share(doc: dict[str, Any], out_dir: Path) -> list[str]:
         # Any leaf-spine run: the first leaf's uplink share from its link series.
         arms = []
         for a in _ok(doc):
-            ps = analysis.path_share(a, "leaf1")
+            ps = links.path_share(a, "leaf1")
             if ps:
                 arms.append({**a, "path_share": ps})
     if not arms:

@@ -20,7 +20,17 @@ from typing import Any
 import numpy as np
 
 from emulator import cpu
-from experiments import analysis, arms
+from experiments import arms
+from experiments.analysis.fidelity import OVS_CEILING_PPS, fidelity_verdict
+from experiments.analysis.framing import (
+    bottleneck_bps,
+    ideal_fct,
+    slowdown,
+    topology_base_rtt,
+    wire_bytes,
+    wire_efficiency,
+)
+from experiments.analysis.links import directed_series, fabric_hops, hop_label, summarise_links, window_bytes
 from experiments.arms.base import SERIES_BIN
 from experiments.model import Arm
 from topologies import Topology
@@ -75,8 +85,8 @@ def add_slowdowns(flows: list[dict[str, Any]], topo: Topology, kind: arms.ArmKin
 
     ideal = wire bytes / bottleneck rate + base RTT, where the wire bytes are the flow's bytes plus its
     packets' headers (this arm's transport: the SRD wire format or TCP), the bottleneck is the flow's
-    rate alone in the fabric (analysis.bottleneck_bps) and the base RTT is the endpoint's minimum
-    measured RTT, or, when it measured none, the fabric's (analysis.topology_base_rtt).
+    rate alone in the fabric (bottleneck_bps) and the base RTT is the endpoint's minimum
+    measured RTT, or, when it measured none, the fabric's (topology_base_rtt).
     """
     values = []
     incomplete = 0
@@ -87,13 +97,13 @@ def add_slowdowns(flows: list[dict[str, Any]], topo: Topology, kind: arms.ArmKin
             incomplete += 1
             continue
         framing = kind.framing(f)
-        rate = analysis.bottleneck_bps(topo, f["src"], f["dst"])
+        rate = bottleneck_bps(topo, f["src"], f["dst"])
         rtt, source = f.get("min_rtt_s"), "measured"
         if not rtt:
-            rtt, source = analysis.topology_base_rtt(topo, f["src"], f["dst"], framing), "topology"
-        ideal = analysis.ideal_fct(size, framing, rate, rtt)
-        f.update(wire_bytes=analysis.wire_bytes(size, framing), bottleneck_bps=rate, base_rtt_s=rtt,
-                 base_rtt_source=source, ideal_fct_s=ideal, slowdown=analysis.slowdown(fct, ideal))
+            rtt, source = topology_base_rtt(topo, f["src"], f["dst"], framing), "topology"
+        ideal = ideal_fct(size, framing, rate, rtt)
+        f.update(wire_bytes=wire_bytes(size, framing), bottleneck_bps=rate, base_rtt_s=rtt,
+                 base_rtt_source=source, ideal_fct_s=ideal, slowdown=slowdown(fct, ideal))
         values.append(f["slowdown"])
     return {
         "slowdown_mean": float(np.mean(values)) if values else None,
@@ -113,7 +123,7 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
         "hot_links": [], "completion_p50_s": None, "completion_p99_s": None,
         "slowdown_mean": None, "slowdown_max": None, "slowdown_flows": 0, "retransmissions": None,
         "reorder": None, "flows": [],
-        "fidelity": analysis.fidelity_verdict([], 0.0, 0, 0).to_dict(),
+        "fidelity": fidelity_verdict([], 0.0, 0, 0).to_dict(),
     }
     if "samples" not in raw:
         return entry
@@ -133,7 +143,7 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
     # is payload (transport, UDP, IP and Ethernet headers cost ~6 % at 1500 bytes, under 1 % at 9000).
     if kind.point_to_point and flows and ideal > 0:
         framing = kind.framing(flows[0])
-        eff = analysis.wire_efficiency(framing)
+        eff = wire_efficiency(framing)
         entry["wire_efficiency"] = eff
         entry["goodput_of_wire"] = goodput / (ideal * eff)
     # Completion: flows' completion times when they have a size, else the messages' (transport).
@@ -168,15 +178,15 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
         }
     # Links, over the traffic window.
     samples = [s for s in raw["samples"] if t0 - 0.01 <= s["t"] <= t0 + traffic_s + 0.6] or raw["samples"]
-    links = analysis.summarise_links(topo, samples)
+    links = summarise_links(topo, samples)
     entry["link_imbalance"] = links.link_imbalance
     entry["hot_links"] = links.hot_links
     entry["link_utilisation"] = links.utilisation
-    times, series = analysis.directed_series(raw["samples"])
+    times, series = directed_series(raw["samples"])
     entry["link_series"] = {
         "t": [round(t - (t0 - raw["samples"][0]["t"]), 3) for t in times],
-        "util": {analysis.hop_label(h): [round(v, 4) for v in vals] for h, vals in sorted(series.items())},
-        "fabric": sorted(analysis.hop_label(h) for h in series if h[0] in analysis.fabric_hops(topo)),
+        "util": {hop_label(h): [round(v, 4) for v in vals] for h, vals in sorted(series.items())},
+        "fabric": sorted(hop_label(h) for h in series if h[0] in fabric_hops(topo)),
     }
     # Aggregate goodput over time.
     agg = np.zeros(n_bins)
@@ -192,8 +202,8 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
     socket_drops = sum(f.get("socket_drops", 0) or 0 for f in flows)
     socket_drops += sum(f.get("receiver_socket_drops_total", 0) or 0 for f in flows)
     outside = max(0, ovs_drops - shaped_sw) + socket_drops
-    _, _, npkts = analysis.window_bytes(samples)
-    fid = analysis.fidelity_verdict(idle, links.switch_pps, outside, sum(npkts.values()))
+    _, _, npkts = window_bytes(samples)
+    fid = fidelity_verdict(idle, links.switch_pps, outside, sum(npkts.values()))
     entry["fidelity"] = fid.to_dict()
     entry["cpu_budget"] = cpu_budget(raw, topo, npkts)
     entry["queue_drops"] = _queue_drop_delta(raw)
@@ -280,7 +290,7 @@ def worst_fidelity(arms: list[dict[str, Any]]) -> dict[str, Any]:
         "cpu_idle_min": min(idle_min) if idle_min else None,
         "cpu_idle_mean": float(np.mean(idle_mean)) if idle_mean else None,
         "switch_pps_peak": max((f.get("switch_pps_peak", 0.0) for f in fids), default=0.0),
-        "ovs_ceiling_pps": analysis.OVS_CEILING_PPS,
+        "ovs_ceiling_pps": OVS_CEILING_PPS,
         "drops_outside_queues": sum(f.get("drops_outside_queues", 0) for f in fids),
         "trusted": all(f.get("trusted") for f in fids) and bool(fids),
         "reasons": reasons,

@@ -28,7 +28,9 @@ from emulator import cpu
 from emulator.errors import EmulatorError
 from emulator.network import Terminated
 from emulator.sampling import Sampler, qdisc_drops
-from experiments import analysis, arms
+from experiments import arms
+from experiments.analysis.links import fabric_hops, window_bytes
+from experiments.analysis.placement import derangement_across, host_rate_mbps
 from experiments.arms import ArmContext, Flow
 from experiments.model import Arm, Experiment, Fault, Workload
 from topologies import Topology
@@ -70,10 +72,10 @@ class Reporter:
 
 def busiest_fabric_link(topo: Topology, sampler: Sampler) -> tuple[str, str]:
     """The leaf->spine (or switch->switch) link direction carrying most bytes in the last samples."""
-    fabric = analysis.fabric_hops(topo)
+    fabric = fabric_hops(topo)
     best, best_bytes = None, -1
     s = sampler.samples[-3:] if len(sampler.samples) >= 2 else sampler.samples
-    _, nbytes, _ = analysis.window_bytes(s)
+    _, nbytes, _ = window_bytes(s)
     for (name, src), b in nbytes.items():
         if name in fabric and b > best_bytes:
             lk = next(lk for lk in topo.links if lk.name == name)
@@ -272,7 +274,7 @@ def plan_flows(w: Workload, topo: Topology, seed: int) -> list[Flow]:
         hosts = [h.name for h in topo.hosts]
         specs = [(h, hosts[(i + 1) % len(hosts)], 0, 0.0) for i, h in enumerate(hosts)]
     else:
-        specs = [(s, d, 0, 0.0) for s, d in analysis.derangement_across(topo, seed)]
+        specs = [(s, d, 0, 0.0) for s, d in derangement_across(topo, seed)]
     seen: dict[str, int] = {}
     flows = []
     for s, d, size, start in specs:
@@ -291,7 +293,7 @@ def flow_bytes(w: Workload, topo: Topology, duration: float) -> int:
     if not w.fill:
         return 0
     payload = datagram_size_for_mtu(topo.mtu) - DATA_HEADER_LEN
-    goodput_rate = analysis.host_rate_mbps(topo) * 1e6 * payload / (payload + DATA_WIRE_OVERHEAD)
+    goodput_rate = host_rate_mbps(topo) * 1e6 * payload / (payload + DATA_WIRE_OVERHEAD)
     return int(w.fill * goodput_rate * duration / 8 / w.message_size) * w.message_size or w.message_size
 
 

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from experiments import analysis
+from experiments.analysis.framing import srd_framing, wire_bytes
 from experiments.arms import get as arm_kind
 from experiments.model import Experiment, SizedFlow, Workload
 from topologies import Topology
@@ -230,10 +230,10 @@ def workload(matrix: TrafficMatrix, topo: Topology, base: Workload | None = None
 def makespan_s(w: Workload, topo: Topology) -> float:
     """Seconds the busiest host link needs for the matrix's bytes (the transport's framing), after the
     latest start: the least time the whole matrix can take."""
-    framing = analysis.srd_framing(datagram_size_for_mtu(topo.mtu), w.message_size)
+    framing = srd_framing(datagram_size_for_mtu(topo.mtu), w.message_size)
     load: dict[tuple[str, str], float] = {}
     for f in w.flows:
-        bits = 8 * analysis.wire_bytes(f.size, framing)
+        bits = 8 * wire_bytes(f.size, framing)
         for host, way in ((f.src, "out"), (f.dst, "in")):
             rate = min(lk.rate_mbps for lk in topo.links_of(host)) * 1e6
             load[(host, way)] = load.get((host, way), 0.0) + bits / rate

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments import analysis
+from experiments.analysis.hashing import ecmp_expectation
 from experiments.model import Arm, Experiment, Workload
 from experiments.scenarios.common import arms_by_name, flow_pairs, mbps, ok_arms, secs
 from topologies import Topology
@@ -37,7 +37,7 @@ def build() -> Experiment:
 
 def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
     pairs = flow_pairs(doc)
-    exp = analysis.ecmp_expectation(topo, pairs, trials=2000, seed=doc["seed"])
+    exp = ecmp_expectation(topo, pairs, trials=2000, seed=doc["seed"])
     out: dict[str, Any] = {"ecmp_expectation": exp.to_dict()}
     for a in doc["arms"]:
         if a["mode"] == "ecmp" and not a.get("error"):

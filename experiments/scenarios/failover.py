@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments import analysis
+from experiments.analysis.recovery_time import flow_recovery
 from experiments.model import Arm, Experiment, Fault, Workload
 from experiments.scenarios.common import ok_arms, secs
 from topologies import Topology
@@ -46,7 +46,7 @@ def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
         b = a["goodput_series"]["bin_s"]
         recs = []
         for f in a["flows"]:
-            r = analysis.flow_recovery(f.get("series_bps", []), b, ft)
+            r = flow_recovery(f.get("series_bps", []), b, ft)
             f["recovery"] = r
             if r["hit"]:
                 recs.append(r["recovery_s"])

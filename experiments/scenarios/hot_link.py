@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments import analysis
+from experiments.analysis.links import path_share
 from experiments.model import Arm, Experiment, Fault, Workload
 from experiments.scenarios.common import mbps, ok_arms
 from topologies import Topology
@@ -42,7 +42,7 @@ def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
     leaf, spine = doc.get("extra", {}).get("hot_link", ["leaf1", "spine1"])
     out: dict[str, Any] = {"hot_link": f"{leaf}-{spine}", "share_after_fault": {}}
     for a in ok_arms(doc["arms"]):
-        ps = analysis.path_share(a, leaf)
+        ps = path_share(a, leaf)
         a["path_share"] = ps
         fault_t = a["faults"][0]["at_s"] if a.get("faults") else 0.0
         key = f"{leaf}->{spine}"

@@ -17,7 +17,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from experiments import analysis
+from experiments.analysis.hashing import balls_in_bins
+from experiments.analysis.links import LinkSummary, summarise_links
 from labs import grading
 from labs.catalogue import LabError
 from topologies import parse_spec
@@ -74,9 +75,9 @@ SCENARIOS = {
 }
 
 
-def _summaries() -> dict[str, analysis.LinkSummary]:
+def _summaries() -> dict[str, LinkSummary]:
     topo = parse_spec(FABRIC)
-    return {label: analysis.summarise_links(topo, _samples(dict(zip(UP + DOWN, values, strict=True))))
+    return {label: summarise_links(topo, _samples(dict(zip(UP + DOWN, values, strict=True))))
             for label, values in SCENARIOS.items()}
 
 
@@ -107,10 +108,10 @@ def check_code(folder: Path) -> list[grading.Check]:
     by_util = {_key(s.utilisation): s for s in summaries.values()}
     return [
         grading.agrees("collision probability", mod, "collision_probability", flows_uplinks,
-                       lambda k, n: analysis.balls_in_bins(k, n, trials=10)["prob_collision"], rel=0.001,
+                       lambda k, n: balls_in_bins(k, n, trials=10)["prob_collision"], rel=0.001,
                        what="fabriclab's balls_in_bins (exact)"),
         grading.agrees("busiest uplink", mod, "expected_max_load", flows_uplinks,
-                       lambda k, n: analysis.balls_in_bins(k, n, trials=40_000, seed=k * 100 + n)["expected_max_load"],
+                       lambda k, n: balls_in_bins(k, n, trials=40_000, seed=k * 100 + n)["expected_max_load"],
                        rel=0.03, what="fabriclab's balls_in_bins (Monte Carlo, 40 000 throws)"),
         grading.agrees("link imbalance (max/mean)", mod, "max_over_mean", util_cases,
                        lambda util: by_util[_key(util)].link_imbalance, rel=0.01,

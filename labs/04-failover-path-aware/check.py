@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments import analysis
+from experiments.analysis.recovery_time import time_to_recover
 from labs import grading
 from labs.grading import Check
 from transport.config import TransportConfig
@@ -171,7 +171,7 @@ def _fmt(x: Any) -> str:
 def check_recovery_hand_made(mod: ModuleType) -> Check:
     label = "time_to_recover: hand-made series"
     for case, times, rates, fault_t, base, thr in _hand_made():
-        want = analysis.time_to_recover(times, rates, fault_t, base, thr)
+        want = time_to_recover(times, rates, fault_t, base, thr)
         got, err = grading.call(mod, "time_to_recover", times, rates, fault_t, base, thr)
         if err:
             return grading.failed(label, err.reason)
@@ -208,7 +208,7 @@ def check_recovery_simulated(mod: ModuleType) -> list[Check]:
     for case, policy, down, thr in cases:
         label = f"time_to_recover: simulated {case}"
         times, rates, fault_t, base = simulated_series(policy, down, thr)
-        want = analysis.time_to_recover(times, rates, fault_t, base, thr)
+        want = time_to_recover(times, rates, fault_t, base, thr)
         got, err = grading.call(mod, "time_to_recover", times, rates, fault_t, base, thr)
         if err:
             checks.append(grading.failed(label, err.reason))

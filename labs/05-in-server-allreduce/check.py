@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments import analysis
+from experiments.analysis.placement import capacities, max_min_rates, path_weights
 from labs import grading
 from labs.catalogue import LabError
 from labs.grading import Check
@@ -209,8 +209,8 @@ def _student_order(mod: ModuleType, server_of: dict[str, str]) -> tuple[list[str
 
 def edge_rates(topo: Topology, order: list[str]) -> list[float]:
     """Each ring edge's max-min fair rate over the links it crosses, all edges sending at once."""
-    flows = [analysis.path_weights(topo, a, b) for a, b in zip(order, order[1:] + order[:1], strict=True)]
-    return analysis.max_min_rates(flows, analysis.capacities(topo))
+    flows = [path_weights(topo, a, b) for a, b in zip(order, order[1:] + order[:1], strict=True)]
+    return max_min_rates(flows, capacities(topo))
 
 
 def check_order(mod: ModuleType) -> list[Check]:

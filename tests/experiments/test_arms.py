@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from experiments import arms, catalogue, driver, results, traffic
+from experiments.analysis.framing import srd_framing
 from experiments.arms import Flow, base
 from experiments.model import Arm, Fault
 from experiments.runner import RunOutcome
@@ -60,7 +61,7 @@ def test_a_new_kind_is_one_class(monkeypatch, tmp_path):
                      "series_bps": []} for _, m in base.endpoint_files(raw, "echo-")]
 
         def framing(self, flow: dict[str, Any]):
-            return results.analysis.srd_framing()
+            return srd_framing()
 
     assert arms.get("echo").describe(Arm("x")) == "echo over ecmp" == Arm("x", kind="echo").describe()
     raw = {"t0": 0.0, "traffic_s": 1.0, "samples": [{"t": 0.0, "links": []}], "cpu": [],
