@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -42,13 +41,6 @@ log = logging.getLogger(__name__)
 # Time to give a fabric that another run holds: poll this often, for at most this long.
 BUSY_POLL_S = 20.0
 BUSY_WAIT_MAX_S = 900.0
-# Flow.start_s is honoured: each sender is released (or iperf3 client started) at t0 + start_s.
-FLOW_START_OFFSETS = True
-
-
-class ArmInterrupted(Exception):
-    """Raised inside an arm when the run is asked to stop (Ctrl-C)."""
-
 
 class Reporter:
     """Progress callbacks; the CLI shows a bar, the default logs."""
@@ -344,8 +336,3 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
         raws.append((arm, raw))
         reporter.arm_finished(i, arm, raw)
     return RunOutcome(raws, complete, started, time.time(), flows, nbytes)
-
-
-def clear_dir(path: Path) -> None:
-    if path.exists():
-        shutil.rmtree(path)

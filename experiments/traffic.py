@@ -247,18 +247,12 @@ def apply(exp: Experiment, topo: Topology, matrix: TrafficMatrix, keep_duration:
     makespan, rounded up to 0.1 s and at least 1 s: the base of the senders' safety cap (3x) and of
     the progress bar. Fault times scale with it as they do with --duration.
     """
-    from experiments import overrides, runner
+    from experiments import overrides
 
     other = sorted({a.kind for a in exp.arms if not arm_kind(a.kind).point_to_point})
     if other:
         raise TrafficError(f"{matrix.source}: experiment '{exp.name}' runs {', '.join(other)} arms; a traffic "
                            "matrix drives transport and TCP flows: use it with e.g. ecmp-vs-spray")
-    late = [c for c in matrix.connections if c.start_ps > 0]
-    # The runner declares FLOW_START_OFFSETS once its starters delay each flow by Flow.start_s.
-    if late and not getattr(runner, "FLOW_START_OFFSETS", False):
-        c = late[0]
-        raise _error(matrix.source, c.line, f"{c.src}->{c.dst} starts at {c.start_ps:g} ps: flows that start "
-                     "later than the others are not supported yet; set every start to 0")
     w = workload(matrix, topo, exp.workload)
     arms = [replace(a, workload=w) if a.workload is not None else a for a in exp.arms]
     extra = {**exp.extra, "traffic_matrix": {"file": matrix.source, "nodes": matrix.nodes,
