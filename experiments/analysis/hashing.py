@@ -31,6 +31,7 @@ class EcmpExpectation:
     expected_colliding_flows: float  # flows sharing a fabric link direction with another flow
     prob_any_collision: float
     balls_in_bins: dict[str, float] = field(default_factory=dict)
+    busiest_switch: str | None = None  # the switch whose leaving flows balls_in_bins counts
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -82,16 +83,8 @@ def ecmp_expectation(topo: Topology, pairs: Sequence[tuple[str, str]], trials: i
         colliding.append(sum(1 for f in flows if any(per_hop.get(h, 0) > 1 for h in f if h[0] in fabric)))
     ideal = ideal_bps(topo, pairs, caps)
     g = np.array(goodputs)
-    # The textbook view: the flows leaving the busiest leaf, hashed onto its uplinks.
-    per_src_switch: dict[str, int] = {}
-    uplinks = 1
-    for s, _d in pairs:
-        sw, _ = topo.host_switch(s)
-        per_src_switch[sw] = per_src_switch.get(sw, 0) + 1
-    if pairs:
-        sw, _ = topo.host_switch(pairs[0][0])
-        uplinks = max(1, len(next_hops(topo, sw, pairs[0][1])))
-    bib = balls_in_bins(max(per_src_switch.values(), default=0), uplinks, seed=seed)
+    busiest, leaving, uplinks = textbook_switch(topo, pairs)
+    bib = balls_in_bins(leaving, uplinks, seed=seed)
     return EcmpExpectation(
         trials=trials,
         expected_goodput_bps=float(g.mean()) if g.size else 0.0,
@@ -103,4 +96,23 @@ def ecmp_expectation(topo: Topology, pairs: Sequence[tuple[str, str]], trials: i
         expected_colliding_flows=float(np.mean(colliding)) if colliding else 0.0,
         prob_any_collision=float(np.mean([c > 0 for c in colliding])) if colliding else 0.0,
         balls_in_bins=bib,
+        busiest_switch=busiest,
     )
+
+
+def textbook_switch(topo: Topology, pairs: Sequence[tuple[str, str]]) -> tuple[str | None, int, int]:
+    """The textbook view of hashing: the switch that most flows leave through its uplinks, how many
+    leave it, and over how many uplinks they are hashed ((None, 0, 1) when every flow stays on its
+    switch). A flow between two hosts of one switch never meets an uplink, so it counts for neither."""
+    leaving: dict[str, int] = {}
+    uplinks: dict[str, int] = {}
+    for s, d in pairs:
+        sw, _ = topo.host_switch(s)
+        if topo.host_switch(d)[0] == sw:
+            continue
+        leaving[sw] = leaving.get(sw, 0) + 1
+        uplinks[sw] = max(uplinks.get(sw, 0), len(next_hops(topo, sw, d)))
+    if not leaving:
+        return None, 0, 1
+    busiest = max(leaving, key=lambda sw: leaving[sw])  # the first of the busiest, in flow order
+    return busiest, leaving[busiest], max(1, uplinks[busiest])

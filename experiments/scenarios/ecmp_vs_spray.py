@@ -58,11 +58,16 @@ def sentences(doc: dict[str, Any]) -> list[str]:
     exp = doc["analysis"].get("ecmp_expectation", {})
     out = []
     bib = exp.get("balls_in_bins", {})
-    if bib:
+    if exp:
+        # The textbook count only where flows meet uplinks: a flow that stays on its leaf is not hashed.
+        textbook = ""
+        if bib.get("balls"):
+            leaving = f" leaving {exp['busiest_switch']}" if exp.get("busiest_switch") else ""
+            textbook = (f"Balls in bins: {bib['balls']} flows{leaving} hashed onto {bib['bins']} uplinks collide "
+                        f"with probability {bib['prob_collision']:.0%}; the busiest uplink expects "
+                        f"{bib['expected_max_load']:.2f} flows. ")
         out.append(
-            f"Balls in bins: {bib['balls']} flows hashed onto {bib['bins']} uplinks collide with probability "
-            f"{bib['prob_collision']:.0%}; the busiest uplink expects {bib['expected_max_load']:.2f} flows. Over "
-            f"the whole fabric ECMP is expected to carry {mbps(exp['expected_goodput_bps'])} "
+            f"{textbook}Over the whole fabric ECMP is expected to carry {mbps(exp['expected_goodput_bps'])} "
             f"({exp['expected_fraction']:.0%} of the ideal {mbps(exp['ideal_bps'])}; 10-90 % range "
             f"{mbps(exp['goodput_p10_bps'])} to {mbps(exp['goodput_p90_bps'])})."
         )

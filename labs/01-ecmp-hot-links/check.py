@@ -1,8 +1,8 @@
 """Lab 1 checker: ECMP hashing and hot links.
 
 On a folder of code (the lab's starter/ or solution/, or your copy): hotlinks.py's functions against
-fabriclab's own numbers: `experiments.analysis.balls_in_bins` for the collision probability and the
-busiest uplink's expected load, and `experiments.analysis.summarise_links` (what fills results.json's
+fabriclab's own numbers: `experiments.analysis.hashing.balls_in_bins` for the collision probability and the
+busiest uplink's expected load, and `experiments.analysis.links.summarise_links` (what fills results.json's
 `link_utilisation`, `link_imbalance` and `hot_links`) on synthetic counters for the imbalance measures
 and the hot links.
 

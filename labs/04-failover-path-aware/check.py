@@ -5,7 +5,7 @@ On a folder of code (your copy of starter/, holding failover.py):
   (transport.simnet, the transport's own Connection spraying over 16 EVs) where one path is dead,
   two are dead, one is lossy, one is slow, all are healthy, or all are lossy, and must name exactly
   the EVs of the broken paths (EV mod the number of paths picks the path);
-- `time_to_recover` must agree with experiments.analysis.time_to_recover on hand-made series and
+- `time_to_recover` must agree with experiments.analysis.recovery_time.time_to_recover on hand-made series and
   on goodput series of simulated transfers whose path fails.
 
 On a results directory of `fabriclab run failover`: the link was cut in every arm, the controller
@@ -177,7 +177,8 @@ def check_recovery_hand_made(mod: ModuleType) -> Check:
             return grading.failed(label, err.reason)
         if not _same(got, want):
             return grading.failed(label, f"'{case}': returned {_fmt(got)}, fabriclab's analysis gives {_fmt(want)}")
-    return grading.passed(label, f"all {len(_hand_made())} cases agree with experiments.analysis.time_to_recover "
+    return grading.passed(label, f"all {len(_hand_made())} cases agree with "
+                          "experiments.analysis.recovery_time.time_to_recover "
                           "(dips, a lone good sample, never back, the last sample, lower thresholds)")
 
 

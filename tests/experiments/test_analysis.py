@@ -9,6 +9,7 @@ from experiments.analysis.hashing import balls_in_bins, ecmp_expectation
 from experiments.analysis.links import path_share, summarise_links
 from experiments.analysis.placement import derangement_across, host_rate_mbps, ideal_bps, max_min_rates
 from experiments.analysis.recovery_time import flow_recovery, time_to_recover
+from experiments.scenarios import ecmp_vs_spray
 from topologies import parse_spec
 
 
@@ -53,6 +54,33 @@ def test_ecmp_expectation_pigeonhole_topology_is_below_ideal():
     assert 0.5 < exp.expected_fraction < 0.95
     assert exp.goodput_p10_bps <= exp.expected_goodput_bps <= exp.goodput_p90_bps
 
+
+
+def test_the_textbook_count_takes_uplinks_and_flows_per_source_switch():
+    """A 4-spine fabric whose first flow stays on its leaf (host 7 -> 5 of a 16-host matrix) once
+    printed "4 flows hashed onto 1 uplinks collide with probability 100%": the uplinks came from that
+    first pair's next hops. Only flows that leave a switch meet its uplinks."""
+    topo = parse_spec("leaf-spine:spines=4,leaves=4,hosts=4,rate=4")
+    leaf = {h.name: h.labels["leaf"] for h in topo.hosts}
+    assert leaf["h8"] == leaf["h6"]
+    pairs = [("h8", "h6")] + [(f"h{i}", f"h{(i + 3) % 16 + 1}") for i in range(1, 17) if i != 8]
+    leaving: dict[str, int] = {}
+    for s, d in pairs:
+        if leaf[s] != leaf[d]:
+            leaving[leaf[s]] = leaving.get(leaf[s], 0) + 1
+    busiest = max(leaving, key=lambda sw: leaving[sw])
+    exp = ecmp_expectation(topo, pairs, trials=50, seed=0)
+    bib = exp.balls_in_bins
+    assert (bib["balls"], bib["bins"]) == (leaving[busiest], 4) and exp.busiest_switch == busiest
+    assert bib["prob_collision"] == pytest.approx(balls_in_bins(leaving[busiest], 4)["prob_collision"])
+    assert bib["prob_collision"] < 1.0
+    words = ecmp_vs_spray.sentences({"arms": [], "analysis": {"ecmp_expectation": exp.to_dict()}})[0]
+    assert f"{leaving[busiest]} flows leaving {busiest} hashed onto 4 uplinks" in words
+    # No flow leaves its leaf: nothing is hashed onto an uplink, and no textbook line claims otherwise.
+    local = ecmp_expectation(topo, [("h1", "h2"), ("h2", "h1")], trials=10, seed=0)
+    assert local.balls_in_bins["balls"] == 0 and local.busiest_switch is None
+    words = ecmp_vs_spray.sentences({"arms": [], "analysis": {"ecmp_expectation": local.to_dict()}})
+    assert len(words) == 1 and "Balls in bins" not in words[0] and "Over the whole fabric" in words[0]
 
 def test_fidelity_verdicts():
     ok = fidelity_verdict([0.6, 0.5], 10_000, 0, 100_000)

@@ -67,7 +67,7 @@ def test_byte_deltas_are_the_fallback_and_never_negative():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=5_000_000), min_size=16, max_size=16))
 def test_imbalance_and_hot_links_match_the_experiments_definition(byte_counts):
-    """On byte counters over a window, the live numbers equal experiments.analysis.summarise_links."""
+    """On byte counters over a window, the live numbers equal experiments.analysis.links.summarise_links."""
     fabric = sorted(fabric_hops(TOPO))
     hops = [(name, end) for name in fabric for end in name.split("-")]
     nbytes = dict(zip(hops, byte_counts, strict=True))
