@@ -52,7 +52,7 @@ class Srd(base.ArmKind):
                 cmd += ["--duration", f"{ctx.duration:g}"]
             if w.request_response:
                 cmd += ["--request-response", "--closed-loop", "8"]
-            cmd += list(arm.options)
+            cmd += arm.sender.args()
             senders.append(base.popen(ctx, f.src, cmd))
         base.release_when_ready(ctx, ready, senders)
         return receivers, senders
