@@ -16,6 +16,7 @@ from emulator.network import raise_terminated
 from experiments.model import Arm, Experiment
 from experiments.overrides import ArmNotFound
 from experiments.policy_arm import PolicyArmError
+from experiments.records import ResultsWriteError
 from experiments.runner import Reporter
 from experiments.traffic import TrafficError
 from topologies import SpecError
@@ -29,7 +30,7 @@ class ExperimentNotFound(LookupError):
 
 
 USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError, ExperimentNotFound, ArmNotFound, TrafficError,
-               PolicyArmError)
+               PolicyArmError, ResultsWriteError)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -59,7 +60,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
     p = commands.add_parser("report", help="re-render a results directory (table, summary.md, plots)",
                             description="Re-render summary.md and the plots of a stored run from its results.json, "
-                            "and print its table.")
+                            "and print its table. A run that never wrote results.json (it crashed or was "
+                            "killed) is rebuilt from the records its finished arms left.")
     p.add_argument("dir", metavar="DIR", help="results directory (results/NAME/<timestamp>) or its results.json")
     p.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
     p.set_defaults(func=cmd_report)

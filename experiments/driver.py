@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments import arms, catalogue, overrides, plots, report, results
+from experiments import arms, catalogue, overrides, plots, records, report, results
 from experiments.analysis.placement import ideal_bps
 from experiments.model import Experiment
 from experiments.policy_arm import fault_sentences
@@ -88,22 +88,35 @@ def sentences_for(doc: dict[str, Any]) -> list[str]:
 
 def render(doc: dict[str, Any], out_dir: Path) -> Rendered:
     """Write results.json, the plots and summary.md into out_dir."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     results.save(doc, out_dir)
-    written = plots.render_all(doc, out_dir)
-    sentences = sentences_for(doc)
-    summary = report.write_summary(doc, sentences, written, out_dir)
+    return _render_views(doc, out_dir)
+
+
+def _render_views(doc: dict[str, Any], out_dir: Path) -> Rendered:
+    try:
+        written = plots.render_all(doc, out_dir)
+        sentences = sentences_for(doc)
+        summary = report.write_summary(doc, sentences, written, out_dir)
+    except OSError as exc:
+        raise records.write_error(Path(exc.filename or out_dir), exc) from None
     return Rendered(doc, out_dir, summary, written, sentences)
 
 
 def rerender(path: Path) -> Rendered:
-    """`fabriclab report DIR`: the table, sentences and plots again from a stored results.json."""
+    """`fabriclab report DIR`: the table, sentences and plots again from a stored results.json; or,
+    when the run never wrote one (it crashed, or was killed), the whole run rebuilt from its arms'
+    records."""
+    path = Path(path)
+    if path.is_dir() and not (path / records.RESULTS_FILE).exists() and records.has_records(path):
+        return rebuild(path)
     doc = results.load(path)
-    out_dir = Path(path) if Path(path).is_dir() else Path(path).parent
-    written = plots.render_all(doc, out_dir)
-    sentences = sentences_for(doc)
-    summary = report.write_summary(doc, sentences, written, out_dir)
-    return Rendered(doc, out_dir, summary, written, sentences)
+    return _render_views(doc, path if path.is_dir() else path.parent)
+
+
+def rebuild(out_dir: Path) -> Rendered:
+    """results.json, summary.md and the plots of a run from its manifest and per-arm records."""
+    exp, topo, outcome = records.load_run(out_dir)
+    return render(build_document(exp, topo, outcome), out_dir)
 
 
 def prepare(name: str, topo: str | None = None, duration: float | None = None, seed: int | None = None,
@@ -116,8 +129,13 @@ def prepare(name: str, topo: str | None = None, duration: float | None = None, s
 
 def execute(exp: Experiment, topo: Topology, out_root: Path = DEFAULT_OUT, reporter: Reporter | None = None,
             out_dir: Path | None = None) -> Rendered:
-    out_dir = out_dir or out_root / exp.name / time.strftime("%Y%m%d-%H%M%S")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir is None:
+        out_dir = records.new_run_dir(out_root, exp.name)
+    else:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise records.write_error(out_dir, exc) from None
     outcome = run_experiment(exp, topo, out_dir, reporter)
     doc = build_document(exp, topo, outcome)
     return render(doc, out_dir)

@@ -150,3 +150,23 @@ class Experiment:
         d = asdict(self)
         d["arms"] = [asdict(a) for a in self.arms]
         return d
+
+
+# --------------------------------------------------------------------------------------------------
+# Back from plain data (Experiment.to_dict(), dataclasses.asdict(arm)): a run's records on disk
+
+
+def workload_from_dict(d: dict[str, Any]) -> Workload:
+    return Workload(**{**d, "pairs": tuple(tuple(p) for p in d.get("pairs", ())),
+                       "flows": tuple(SizedFlow(**f) for f in d.get("flows", ()))})
+
+
+def arm_from_dict(d: dict[str, Any]) -> Arm:
+    return Arm(**{**d, "faults": tuple(Fault(**f) for f in d.get("faults", ())),
+                  "labels": dict(d.get("labels", {})), "sender": SenderSettings(**d.get("sender", {})),
+                  "workload": None if d.get("workload") is None else workload_from_dict(d["workload"])})
+
+
+def experiment_from_dict(d: dict[str, Any]) -> Experiment:
+    return Experiment(**{**d, "arms": [arm_from_dict(a) for a in d["arms"]],
+                         "workload": workload_from_dict(d["workload"]), "extra": dict(d.get("extra", {}))})

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from emulator import cpu
-from experiments import arms
+from experiments import arms, records
 from experiments.analysis.fidelity import OVS_CEILING_PPS, fidelity_verdict
 from experiments.analysis.framing import (
     bottleneck_bps,
@@ -317,22 +317,8 @@ def validate_results(doc: dict[str, Any]) -> list[str]:
 
 
 def save(doc: dict[str, Any], out_dir: Path) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "results.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=_jsonable) + "\n")
-    tmp.replace(path)
-    return path
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"{type(obj).__name__} is not JSON-serialisable")
+    """results.json into out_dir, whole or not at all."""
+    return records.atomic_write_json(Path(out_dir) / records.RESULTS_FILE, doc)
 
 
 def load(path: Path) -> dict[str, Any]:

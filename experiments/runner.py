@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import signal
 import subprocess
 import threading
@@ -27,7 +26,7 @@ from emulator import cpu
 from emulator.errors import EmulatorError
 from emulator.network import Terminated
 from emulator.sampling import Sampler, qdisc_drops
-from experiments import arms
+from experiments import arms, records
 from experiments.analysis.links import fabric_hops, window_bytes
 from experiments.analysis.placement import derangement_across, host_rate_mbps
 from experiments.arms import ArmContext, Flow
@@ -301,7 +300,11 @@ class RunOutcome:
 
 def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Reporter | None = None,
                    arms: list[Arm] | None = None) -> RunOutcome:
-    """Run every arm (and repetition) in turn; failures are recorded, Ctrl-C stops after teardown."""
+    """Run every arm (and repetition) in turn; failures are recorded, Ctrl-C stops after teardown.
+
+    Each arm's record is written to out_dir the moment it finishes (experiments.records), so what
+    finished survives whatever happens to the rest of the run.
+    """
     reporter = reporter or Reporter()
     arms = arms if arms is not None else exp.arms
     flows = {a.name: plan_flows(a.workload or exp.workload, topo, exp.seed) for a in arms}
@@ -309,10 +312,11 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
     raws: list[tuple[Arm, dict[str, Any]]] = []
     complete = True
     started = time.time()
+    records.write_manifest(out_dir, exp, topo, started)
     schedule = [(rep, arm) for rep in range(exp.repetitions) for arm in arms]
     reporter.run_started(exp, len(schedule))
     for i, (rep, arm) in enumerate(schedule):
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", arm.name) + (f"-rep{rep + 1}" if exp.repetitions > 1 else "")
+        slug = records.arm_slug(arm, rep, exp.repetitions)
         raw_dir = out_dir / "raw" / slug
         reporter.arm_started(i, arm, exp.duration_s)
         try:
@@ -326,6 +330,7 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
             complete = False
             why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "terminated (SIGTERM)"
             raws.append((arm, {"error": why, "repetition": rep}))
+            records.write_arm(out_dir, i, slug, arm, raws[-1][1], flows[arm.name], nbytes[arm.name])
             reporter.arm_finished(i, arm, raws[-1][1])
             break
         except Exception as exc:
@@ -334,5 +339,8 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
             if raw_dir.exists():
                 raw["endpoints"] = read_endpoints(raw_dir)
         raws.append((arm, raw))
+        records.write_arm(out_dir, i, slug, arm, raw, flows[arm.name], nbytes[arm.name])
         reporter.arm_finished(i, arm, raw)
-    return RunOutcome(raws, complete, started, time.time(), flows, nbytes)
+    finished = time.time()
+    records.write_manifest(out_dir, exp, topo, started, finished, complete)
+    return RunOutcome(raws, complete, started, finished, flows, nbytes)
