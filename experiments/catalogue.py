@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from experiments.model import Experiment
+from experiments.schema import ResultsDocument
 from topologies import Topology
 
 # The registry: one line per experiment, in the order `fabriclab list` shows them.
@@ -38,8 +39,8 @@ class Entry:
     name: str
     summary: str
     build: Callable[[], Experiment]
-    analyse: Callable[[dict[str, Any], Topology], dict[str, Any]]
-    sentences: Callable[[dict[str, Any]], list[str]]
+    analyse: Callable[[ResultsDocument, Topology], dict[str, Any]]
+    sentences: Callable[[ResultsDocument], list[str]]
 
 
 CATALOGUE: dict[str, Entry] = {}

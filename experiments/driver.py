@@ -8,13 +8,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from experiments import arms, catalogue, overrides, plots, records, report, results
 from experiments.analysis.placement import ideal_bps
 from experiments.model import Experiment
 from experiments.policy_arm import fault_sentences
 from experiments.runner import Reporter, RunOutcome, run_experiment
+from experiments.schema import SCHEMA_VERSION, ResultsDocument
 from topologies import Topology, parse_spec
 
 log = logging.getLogger(__name__)
@@ -24,14 +24,14 @@ DEFAULT_OUT = Path("results")
 
 @dataclass
 class Rendered:
-    doc: dict[str, Any]
+    doc: ResultsDocument
     out_dir: Path
     summary: Path
     plots: list[str]
     sentences: list[str]
 
 
-def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> dict[str, Any]:
+def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> ResultsDocument:
     """results.json as a dict: arms with their metrics, then the experiment's own analysis."""
     entries = []
     first_flows = next(iter(outcome.flows.values()), [])
@@ -40,8 +40,8 @@ def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> dict
         pairs = [(f.src, f.dst) for f in flows]
         ideal = ideal_bps(topo, pairs) if arms.get(arm.kind).point_to_point and pairs else 0.0
         entries.append(results.arm_result(arm, raw, topo, ideal, bool(outcome.bytes_per_flow.get(arm.name))))
-    doc: dict[str, Any] = {
-        "schema": results.SCHEMA_VERSION,
+    doc: ResultsDocument = {
+        "schema": SCHEMA_VERSION,
         "experiment": exp.name,
         "title": exp.title,
         "description": exp.description,
@@ -64,7 +64,7 @@ def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> dict
     return doc
 
 
-def analyse(doc: dict[str, Any], topo: Topology) -> None:
+def analyse(doc: ResultsDocument, topo: Topology) -> None:
     entry = catalogue.CATALOGUE.get(doc["experiment"])
     if entry is not None:
         try:
@@ -75,7 +75,7 @@ def analyse(doc: dict[str, Any], topo: Topology) -> None:
     doc["fidelity"] = results.worst_fidelity(doc["arms"])
 
 
-def sentences_for(doc: dict[str, Any]) -> list[str]:
+def sentences_for(doc: ResultsDocument) -> list[str]:
     entry = catalogue.CATALOGUE.get(doc["experiment"])
     if entry is None or "error" in doc.get("analysis", {}):
         return []
@@ -86,13 +86,13 @@ def sentences_for(doc: dict[str, Any]) -> list[str]:
         return []
 
 
-def render(doc: dict[str, Any], out_dir: Path) -> Rendered:
+def render(doc: ResultsDocument, out_dir: Path) -> Rendered:
     """Write results.json, the plots and summary.md into out_dir."""
     results.save(doc, out_dir)
     return _render_views(doc, out_dir)
 
 
-def _render_views(doc: dict[str, Any], out_dir: Path) -> Rendered:
+def _render_views(doc: ResultsDocument, out_dir: Path) -> Rendered:
     try:
         written = plots.render_all(doc, out_dir)
         sentences = sentences_for(doc)

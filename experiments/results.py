@@ -5,7 +5,8 @@ its endpoints' files (experiments.arms, through the transport's schema of them);
 results.json top level: `experiment`, `title`, `topology` (spec and the fabric as plain data),
 `seed`, `duration_s`, `fidelity` (worst over the arms), `arms` (one entry each, below), `analysis`
 (what the experiment adds: e.g. the balls-in-bins expectation), `complete`, `started`, `finished`,
-`flows`. Every arm has the keys in ARM_KEYS; see README "Experiments" for their meaning.
+`flows`: experiments.schema's ResultsDocument, every arm an ArmResult (README "Experiments" says what
+the keys mean); `experiments.schema.validate` checks a document.
 
 Sized flows also get their ideal completion time and slowdown (FCT / ideal FCT, as htsim and ns-3
 report it; `add_slowdowns`), from the endpoint's own framing and minimum RTT and the fabric's rates.
@@ -33,46 +34,11 @@ from experiments.analysis.framing import (
 from experiments.analysis.links import directed_series, fabric_hops, hop_label, summarise_links, window_bytes
 from experiments.arms.base import SERIES_BIN
 from experiments.model import Arm
+from experiments.schema import ArmResult, CpuBudget, RawArm, ResultsDocument, RunFidelity
 from topologies import Topology
 from transport.metrics import percentile
 
-SCHEMA_VERSION = 2  # 2: arms carry slowdown_mean / slowdown_max, sized flows ideal_fct_s / slowdown
 SAMPLE_DT = 0.5  # seconds a CPU sample covers when it does not say (older results)
-
-TOP_KEYS: dict[str, type | tuple[type, ...]] = {
-    "schema": int,
-    "experiment": str,
-    "title": str,
-    "topology": dict,
-    "seed": int,
-    "duration_s": (int, float),
-    "fidelity": dict,
-    "arms": list,
-    "analysis": dict,
-    "complete": bool,
-}
-NUM = (int, float)
-OPT_NUM = (int, float, type(None))
-ARM_KEYS: dict[str, type | tuple[type, ...]] = {
-    "name": str,
-    "kind": str,
-    "mode": str,
-    "description": str,
-    "error": (str, type(None)),
-    "goodput_bps": NUM,
-    "ideal_bps": NUM,
-    "goodput_fraction": NUM,
-    "link_imbalance": NUM,
-    "hot_links": list,
-    "completion_p50_s": OPT_NUM,
-    "completion_p99_s": OPT_NUM,
-    "slowdown_mean": OPT_NUM,
-    "slowdown_max": OPT_NUM,
-    "retransmissions": (int, type(None)),
-    "reorder": (dict, type(None)),
-    "flows": list,
-    "fidelity": dict,
-}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -113,9 +79,9 @@ def add_slowdowns(flows: list[dict[str, Any]], topo: Topology, kind: arms.ArmKin
     }
 
 
-def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, sized: bool) -> dict[str, Any]:
+def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool) -> ArmResult:
     """The results entry of one arm (an errored arm keeps its keys, with zeros and the error)."""
-    entry: dict[str, Any] = {
+    entry: ArmResult = {
         "name": arm.name, "kind": arm.kind, "mode": arm.mode, "policy": arm.policy, "recovery": arm.recovery,
         "delivery": arm.delivery, "description": arm.describe(), "labels": dict(arm.labels),
         "error": raw.get("error"), "repetition": raw.get("repetition", 0),
@@ -230,7 +196,7 @@ def traffic_idle(cpu: list[dict[str, float]], start: float, end: float) -> list[
     return out
 
 
-def cpu_budget(raw: dict[str, Any], topo: Topology, npkts: dict[Any, int]) -> dict[str, Any] | None:
+def cpu_budget(raw: RawArm, topo: Topology, npkts: dict[Any, int]) -> CpuBudget | None:
     """CPU seconds per component over the traffic window, and per million packets delivered to hosts
     (DATA and ACKs alike: every packet a host received from its switch)."""
     window = raw.get("cpu_window")
@@ -252,7 +218,7 @@ def cpu_budget(raw: dict[str, Any], topo: Topology, npkts: dict[Any, int]) -> di
             "cpu_s_per_mpkt": cpu.per_million_packets(window, delivered)}
 
 
-def _queue_drop_delta(raw: dict[str, Any]) -> dict[str, int]:
+def _queue_drop_delta(raw: RawArm) -> dict[str, int]:
     before, after = raw.get("qdisc_before", {}), raw.get("qdisc_after", {})
     out = {}
     for dev, a in after.items():
@@ -262,7 +228,7 @@ def _queue_drop_delta(raw: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def _drops(raw: dict[str, Any], topo: Topology) -> tuple[int, int]:
+def _drops(raw: RawArm, topo: Topology) -> tuple[int, int]:
     """(drops at the shaped queues of switch ports, drops OVS counted on its ports) over the arm."""
     switch_intfs = {lk.intf(end) for lk in topo.links for end in (lk.a, lk.b) if topo.node(end).is_switch}
     shaped = sum(v for dev, v in _queue_drop_delta(raw).items() if dev in switch_intfs)
@@ -278,7 +244,7 @@ def _drops(raw: dict[str, Any], topo: Topology) -> tuple[int, int]:
 # The document
 
 
-def worst_fidelity(arms: list[dict[str, Any]]) -> dict[str, Any]:
+def worst_fidelity(arms: list[ArmResult]) -> RunFidelity:
     fids = [a["fidelity"] for a in arms if not a.get("error")]
     idle_min = [f["cpu_idle_min"] for f in fids if f.get("cpu_idle_min") is not None]
     idle_mean = [f["cpu_idle_mean"] for f in fids if f.get("cpu_idle_mean") is not None]
@@ -297,31 +263,12 @@ def worst_fidelity(arms: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def validate_results(doc: dict[str, Any]) -> list[str]:
-    """Problems with a results document (empty when it has every key with the right type)."""
-    problems = []
-    for key, typ in TOP_KEYS.items():
-        if key not in doc:
-            problems.append(f"missing top-level key '{key}'")
-        elif not isinstance(doc[key], typ) or (typ is int and isinstance(doc[key], bool)):
-            problems.append(f"top-level '{key}' is {type(doc[key]).__name__}")
-    for i, arm in enumerate(doc.get("arms", [])):
-        for key, typ in ARM_KEYS.items():
-            if key not in arm:
-                problems.append(f"arm {i} ({arm.get('name')}): missing '{key}'")
-            elif not isinstance(arm[key], typ):
-                problems.append(f"arm {i} ({arm.get('name')}): '{key}' is {type(arm[key]).__name__}")
-        if isinstance(arm.get("goodput_bps"), NUM) and arm["goodput_bps"] < 0:
-            problems.append(f"arm {i}: negative goodput")
-    return problems
-
-
-def save(doc: dict[str, Any], out_dir: Path) -> Path:
+def save(doc: ResultsDocument, out_dir: Path) -> Path:
     """results.json into out_dir, whole or not at all."""
     return records.atomic_write_json(Path(out_dir) / records.RESULTS_FILE, doc)
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path) -> ResultsDocument:
     p = Path(path)
     if p.is_dir():
         p = p / "results.json"

@@ -6,6 +6,7 @@ from typing import Any
 
 from experiments.model import Arm, Experiment, Fault, Workload
 from experiments.scenarios.common import allreduce_summary, ok_arms, secs
+from experiments.schema import ResultsDocument
 from topologies import Topology
 
 NAME = "allreduce"
@@ -33,7 +34,7 @@ def build() -> Experiment:
     )
 
 
-def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
+def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
     out = {}
     for a in ok_arms(doc["arms"]):
         s = allreduce_summary(a)
@@ -43,7 +44,7 @@ def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
     return {"allreduce": out}
 
 
-def sentences(doc: dict[str, Any]) -> list[str]:
+def sentences(doc: ResultsDocument) -> list[str]:
     out = []
     for name, s in doc["analysis"].get("allreduce", {}).items():
         out.append(f"{name}: {secs(s['iteration_s'])} per iteration"

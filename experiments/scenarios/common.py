@@ -5,20 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from experiments.schema import ArmResult, ResultsDocument
+
 
 def mbps(bps: float | None) -> str:
     return "-" if bps is None else f"{bps / 1e6:.1f} Mb/s"
 
 
-def ok_arms(arms: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ok_arms(arms: list[ArmResult]) -> list[ArmResult]:
     return [a for a in arms if not a.get("error")]
 
 
-def arms_by_name(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def arms_by_name(doc: ResultsDocument) -> dict[str, ArmResult]:
     return {a["name"]: a for a in ok_arms(doc["arms"])}
 
 
-def flow_pairs(doc: dict[str, Any]) -> list[tuple[str, str]]:
+def flow_pairs(doc: ResultsDocument) -> list[tuple[str, str]]:
     return [(f["src"], f["dst"]) for f in doc.get("flows", [])]
 
 
@@ -28,7 +30,7 @@ def secs(x: float | None) -> str:
     return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s"
 
 
-def allreduce_summary(a: dict[str, Any]) -> dict[str, Any]:
+def allreduce_summary(a: ArmResult) -> dict[str, Any]:
     flows = a.get("flows", [])
     means = [f["iteration_mean_s"] for f in flows if f.get("iteration_mean_s")]
     bounds = [f["bound_s"] for f in flows if f.get("bound_s")]

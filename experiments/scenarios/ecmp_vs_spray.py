@@ -7,6 +7,7 @@ from typing import Any
 from experiments.analysis.hashing import ecmp_expectation
 from experiments.model import Arm, Experiment, Workload
 from experiments.scenarios.common import arms_by_name, flow_pairs, mbps, ok_arms, secs
+from experiments.schema import ResultsDocument
 from topologies import Topology
 
 NAME = "ecmp-vs-spray"
@@ -35,7 +36,7 @@ def build() -> Experiment:
     )
 
 
-def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
+def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
     pairs = flow_pairs(doc)
     exp = ecmp_expectation(topo, pairs, trials=2000, seed=doc["seed"])
     out: dict[str, Any] = {"ecmp_expectation": exp.to_dict()}
@@ -53,7 +54,7 @@ def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
     return out
 
 
-def sentences(doc: dict[str, Any]) -> list[str]:
+def sentences(doc: ResultsDocument) -> list[str]:
     arms = arms_by_name(doc)
     exp = doc["analysis"].get("ecmp_expectation", {})
     out = []

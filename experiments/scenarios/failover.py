@@ -7,6 +7,7 @@ from typing import Any
 from experiments.analysis.recovery_time import flow_recovery
 from experiments.model import Arm, Experiment, Fault, Workload
 from experiments.scenarios.common import ok_arms, secs
+from experiments.schema import ResultsDocument
 from topologies import Topology
 from transport.metrics import percentile
 
@@ -37,7 +38,7 @@ def build() -> Experiment:
     )
 
 
-def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
+def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
     out: dict[str, Any] = {"recovery_s": {}, "recovery_rtos": {}}
     for a in ok_arms(doc["arms"]):
         if not a.get("faults"):
@@ -63,7 +64,7 @@ def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
     return out
 
 
-def sentences(doc: dict[str, Any]) -> list[str]:
+def sentences(doc: ResultsDocument) -> list[str]:
     an = doc["analysis"]
     out = []
     if an.get("cut"):

@@ -9,6 +9,7 @@ import numpy as np
 from experiments.analysis.links import path_share
 from experiments.model import Arm, Experiment, Fault, Workload
 from experiments.scenarios.common import mbps, ok_arms
+from experiments.schema import ResultsDocument
 from topologies import Topology
 
 NAME = "hot-link"
@@ -38,7 +39,7 @@ def build() -> Experiment:
     )
 
 
-def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
+def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
     leaf, spine = doc.get("extra", {}).get("hot_link", ["leaf1", "spine1"])
     out: dict[str, Any] = {"hot_link": f"{leaf}-{spine}", "share_after_fault": {}}
     for a in ok_arms(doc["arms"]):
@@ -59,7 +60,7 @@ def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
     return out
 
 
-def sentences(doc: dict[str, Any]) -> list[str]:
+def sentences(doc: ResultsDocument) -> list[str]:
     an = doc["analysis"]
     out = []
     for a in ok_arms(doc["arms"]):

@@ -6,6 +6,7 @@ from typing import Any
 
 from experiments.model import Arm, Experiment, Workload
 from experiments.scenarios.common import allreduce_summary, ok_arms, secs
+from experiments.schema import ResultsDocument
 from topologies import Topology
 
 NAME = "in-server"
@@ -34,7 +35,7 @@ def build() -> Experiment:
     )
 
 
-def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
+def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
     out: dict[str, Any] = {"latency": {}, "allreduce": {}}
     for a in ok_arms(doc["arms"]):
         if a["kind"] == "ping":
@@ -48,7 +49,7 @@ def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
     return out
 
 
-def sentences(doc: dict[str, Any]) -> list[str]:
+def sentences(doc: ResultsDocument) -> list[str]:
     an = doc["analysis"]
     out = []
     lat = an.get("latency", {})

@@ -6,6 +6,7 @@ from typing import Any
 
 from experiments.model import Arm, Experiment, Fault, Workload
 from experiments.scenarios.common import mbps, ok_arms
+from experiments.schema import ResultsDocument
 from topologies import Topology
 
 NAME = "loss-recovery"
@@ -41,7 +42,7 @@ def build() -> Experiment:
     )
 
 
-def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
+def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
     table: dict[str, dict[str, Any]] = {}
     for a in ok_arms(doc["arms"]):
         rec, loss = a["labels"].get("recovery"), a["labels"].get("loss_pct")
@@ -64,7 +65,7 @@ def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
     return {"by_recovery": table, "selective_over_gobackn": ratio}
 
 
-def sentences(doc: dict[str, Any]) -> list[str]:
+def sentences(doc: ResultsDocument) -> list[str]:
     an = doc["analysis"]
     t = an.get("by_recovery", {})
     out = []

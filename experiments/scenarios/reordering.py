@@ -6,6 +6,7 @@ from typing import Any
 
 from experiments.model import Arm, Experiment, Fault, Workload
 from experiments.scenarios.common import arms_by_name, ok_arms, secs
+from experiments.schema import ResultsDocument
 from topologies import Topology
 
 NAME = "reordering"
@@ -36,7 +37,7 @@ def build() -> Experiment:
     )
 
 
-def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
+def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
     arms = arms_by_name(doc)
     u, o = arms.get("spray-unordered"), arms.get("spray-ordered")
     hol = None
@@ -46,7 +47,7 @@ def analyse(doc: dict[str, Any], topo: Topology) -> dict[str, Any]:
     return {"head_of_line": hol}
 
 
-def sentences(doc: dict[str, Any]) -> list[str]:
+def sentences(doc: ResultsDocument) -> list[str]:
     out = []
     for a in ok_arms(doc["arms"]):
         r = a.get("reorder") or {}

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from experiments import catalogue, driver, overrides, report, results
+from experiments import catalogue, driver, overrides, report, results, schema
 from experiments.runner import Flow, RunOutcome
 from topologies import parse_spec
+from transport import schema as transport_schema
 
 SPEC = "leaf-spine:spines=2,leaves=2,hosts=1,rate=10"
 
@@ -63,7 +64,7 @@ def doc():
 
 
 def test_document_has_the_schema(doc):
-    assert results.validate_results(doc) == []
+    assert schema.validate(doc) == []
     arm = doc["arms"][0]
     assert arm["goodput_bps"] == pytest.approx(6e6)
     assert arm["ideal_bps"] == pytest.approx(10e6)
@@ -81,8 +82,17 @@ def test_validate_reports_missing_and_mistyped_keys(doc):
     bad = json.loads(json.dumps(doc))
     del bad["seed"]
     bad["arms"][0]["goodput_bps"] = "fast"
-    problems = results.validate_results(bad)
-    assert any("seed" in p for p in problems) and any("goodput_bps" in p for p in problems)
+    problems = schema.validate(bad)
+    assert "results: no key 'seed'" in problems and "results.arms[0].goodput_bps: str is not float" in problems
+    # One checker for endpoints' files and results alike: unknown keys and nested types count too.
+    bad = json.loads(json.dumps(doc))
+    bad["arms"][0]["goodput_bsp"] = 1.0
+    bad["arms"][0]["fidelity"]["trusted"] = "yes"
+    bad["arms"][1]["goodput_bps"] = -1.0
+    assert schema.validate(bad) == ["results.arms[0]: unknown key 'goodput_bsp'",
+                                    "results.arms[0].fidelity.trusted: str is not bool",
+                                    "results.arms[1] (spray): negative goodput"]
+    assert schema.problems is transport_schema.problems
 
 
 def test_summary_is_generated_from_the_numbers(doc):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import driver, records, results, runner
+from experiments import driver, records, results, runner, schema
 from experiments.model import Arm
 from tests.experiments.simulated_endpoints import receiver_record, sender_record, transfer, write
 from transport.simnet import PathSpec
@@ -89,7 +89,7 @@ def test_a_crash_in_the_last_arm_keeps_the_finished_arms_and_report_rebuilds_the
     assert main(["report", str(run_dir)]) == 0
     assert "ecmp-single" in capsys.readouterr().out
     doc = results.load(run_dir)
-    assert results.validate_results(doc) == []
+    assert schema.validate(doc) == []
     assert not doc["complete"] and [a["name"] for a in doc["arms"]] == ["ecmp-single", "spray"]
     assert (run_dir / "summary.md").read_text().count("incomplete run") == 1
     assert (run_dir / "link_utilisation.png").stat().st_size > 1000
