@@ -11,22 +11,24 @@ from topologies import Topology
 
 NAME = "allreduce"
 SUMMARY = "ring all-reduce over the transport, checked against numpy, vs its bandwidth bound"
+ECMP, SPRAY, ECMP_LOSS1, SPRAY_LOSS1 = "ecmp", "spray", "ecmp-loss1", "spray-loss1"
+ARMS = (ECMP, SPRAY, ECMP_LOSS1, SPRAY_LOSS1)
 
 
 def build() -> Experiment:
     loss = (Fault(0.0, "loss", "leaf1", "spine1", 1.0),)
     return Experiment(
-        name="allreduce",
+        name=NAME,
         title="Ring all-reduce over the transport: ECMP vs spraying, with and without loss",
         description="Every host holds a float32 array; a ring all-reduce (reduce-scatter, then all-gather) "
         "sums them over the transport and checks the result element for element against numpy summing "
         "in the same order. The bandwidth bound is 2(N-1)/N * S/B.",
         topology="leaf-spine:spines=2,leaves=2,hosts=2,rate=8",
         arms=[
-            Arm("ecmp", kind="allreduce", mode="ecmp", policy="single"),
-            Arm("spray", kind="allreduce", mode="spray", policy="spray"),
-            Arm("ecmp-loss1", kind="allreduce", mode="ecmp", policy="single", faults=loss, labels={"loss_pct": 1.0}),
-            Arm("spray-loss1", kind="allreduce", mode="spray", policy="spray", faults=loss, labels={"loss_pct": 1.0}),
+            Arm(ECMP, kind="allreduce", mode="ecmp", policy="single"),
+            Arm(SPRAY, kind="allreduce", mode="spray", policy="spray"),
+            Arm(ECMP_LOSS1, kind="allreduce", mode="ecmp", policy="single", faults=loss, labels={"loss_pct": 1.0}),
+            Arm(SPRAY_LOSS1, kind="allreduce", mode="spray", policy="spray", faults=loss, labels={"loss_pct": 1.0}),
         ],
         workload=Workload(pattern="ring", elements=1 << 20, iterations=3),
         duration_s=10.0,

@@ -12,11 +12,13 @@ from topologies import Topology
 
 NAME = "ecmp-vs-spray"
 SUMMARY = "permutation traffic: one EV per flow over ECMP vs spraying vs TCP (the demo)"
+# The arms, by name (the labs read them).
+ECMP_SINGLE, SPRAY, TCP_ECMP = "ecmp-single", "spray", "tcp-ecmp"
 
 
 def build() -> Experiment:
     return Experiment(
-        name="ecmp-vs-spray",
+        name=NAME,
         title="ECMP hashing vs per-packet spraying under permutation traffic",
         description="Every host sends one flow to a host on another leaf. With one entropy value per flow "
         "ECMP hashes whole flows onto uplinks and some collide; spraying spreads every flow's packets "
@@ -26,9 +28,9 @@ def build() -> Experiment:
         # emulator trusted on two cores: its cost follows packets per second (`fabriclab bench fidelity`).
         topology="leaf-spine:spines=2,leaves=2,hosts=3,host_rate=4,fabric_rate=6",
         arms=[
-            Arm("ecmp-single", mode="ecmp", policy="single"),
-            Arm("spray", mode="spray", policy="spray"),
-            Arm("tcp-ecmp", kind="tcp", mode="ecmp"),
+            Arm(ECMP_SINGLE, mode="ecmp", policy="single"),
+            Arm(SPRAY, mode="spray", policy="spray"),
+            Arm(TCP_ECMP, kind="tcp", mode="ecmp"),
         ],
         workload=Workload(pattern="permutation", fill=0.9, message_size=65536),
         duration_s=10.0,
@@ -46,7 +48,7 @@ def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
             a["vs_expectation"] = a["goodput_bps"] / exp.expected_goodput_bps if exp.expected_goodput_bps else None
     # One run is one hash placement; the expectation is over placements, so compare it with the mean
     # over repetitions (each repetition has its own seed).
-    ecmp = [a["goodput_bps"] for a in ok_arms(doc["arms"]) if a["name"] == "ecmp-single"]
+    ecmp = [a["goodput_bps"] for a in ok_arms(doc["arms"]) if a["name"] == ECMP_SINGLE]
     if ecmp and exp.expected_goodput_bps:
         mean = sum(ecmp) / len(ecmp)
         out["ecmp_placements"] = {"runs": len(ecmp), "mean_goodput_bps": mean,
@@ -72,7 +74,7 @@ def sentences(doc: ResultsDocument) -> list[str]:
             f"({exp['expected_fraction']:.0%} of the ideal {mbps(exp['ideal_bps'])}; 10-90 % range "
             f"{mbps(exp['goodput_p10_bps'])} to {mbps(exp['goodput_p90_bps'])})."
         )
-    s, e, t = arms.get("spray"), arms.get("ecmp-single"), arms.get("tcp-ecmp")
+    s, e, t = arms.get(SPRAY), arms.get(ECMP_SINGLE), arms.get(TCP_ECMP)
     if s:
         out.append(f"Spraying carried {mbps(s['goodput_bps'])}, {s['goodput_fraction']:.0%} of ideal, "
                    f"with link imbalance {s['link_imbalance']:.2f} (max/mean utilisation of fabric links).")

@@ -13,13 +13,14 @@ from transport.metrics import percentile
 
 NAME = "failover"
 SUMMARY = "a fabric link cut mid-transfer: recovery time of adaptive spraying, ECMP + reroute, TCP"
+ADAPTIVE, ECMP_REROUTE, TCP_ECMP = "adaptive", "ecmp-reroute", "tcp-ecmp"
 
 
 def build() -> Experiment:
     # "auto": the fabric link carrying the most bytes when the fault fires, so ECMP has a flow on it.
     cut = (Fault(3.0, "link_down", "auto", "auto"),)
     return Experiment(
-        name="failover",
+        name=NAME,
         title="Failover: a fabric link cut mid-transfer",
         description="Three seconds in, the busiest leaf-spine link is cut. Adaptive spraying stops using "
         "the entropy values that time out; ECMP flows wait for the controller to remove the dead next hop; "
@@ -28,9 +29,9 @@ def build() -> Experiment:
         # Uplinks with twice the hosts' rate: after losing one of two the leaf still carries every host.
         topology="leaf-spine:spines=2,leaves=2,hosts=2,host_rate=6,fabric_rate=12",
         arms=[
-            Arm("adaptive", mode="spray", policy="adaptive", faults=cut),
-            Arm("ecmp-reroute", mode="ecmp", policy="single", faults=cut),
-            Arm("tcp-ecmp", kind="tcp", mode="ecmp", faults=cut),
+            Arm(ADAPTIVE, mode="spray", policy="adaptive", faults=cut),
+            Arm(ECMP_REROUTE, mode="ecmp", policy="single", faults=cut),
+            Arm(TCP_ECMP, kind="tcp", mode="ecmp", faults=cut),
         ],
         workload=Workload(pattern="permutation", fill=0.0),
         duration_s=8.0,

@@ -14,12 +14,13 @@ from topologies import Topology
 
 NAME = "hot-link"
 SUMMARY = "one degraded spine link: ECMP vs oblivious vs adaptive spraying, per-path share"
+ECMP_SINGLE, SPRAY, ADAPTIVE = "ecmp-single", "spray", "adaptive"
 
 
 def build() -> Experiment:
     hot = (Fault(2.0, "rate", "leaf1", "spine1", 2.0),)
     return Experiment(
-        name="hot-link",
+        name=NAME,
         title="A degraded spine link: ECMP stuck on it, oblivious spraying, adaptive spraying",
         description="Two seconds in, leaf1-spine1 drops to a sixth of its rate. ECMP flows hashed onto it "
         "stay there; oblivious spraying keeps sending a fixed share over it; adaptive spraying notices "
@@ -28,9 +29,9 @@ def build() -> Experiment:
         # keep its full rate.
         topology="leaf-spine:spines=2,leaves=2,hosts=2,host_rate=6,fabric_rate=12",
         arms=[
-            Arm("ecmp-single", mode="ecmp", policy="single", faults=hot),
-            Arm("spray", mode="spray", policy="spray", faults=hot),
-            Arm("adaptive", mode="spray", policy="adaptive", faults=hot),
+            Arm(ECMP_SINGLE, mode="ecmp", policy="single", faults=hot),
+            Arm(SPRAY, mode="spray", policy="spray", faults=hot),
+            Arm(ADAPTIVE, mode="spray", policy="adaptive", faults=hot),
         ],
         workload=Workload(pattern="permutation", fill=0.0),
         duration_s=8.0,

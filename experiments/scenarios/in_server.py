@@ -11,6 +11,15 @@ from topologies import Topology
 
 NAME = "in-server"
 SUMMARY = "GPU latency and all-reduce through the local switch vs the ToR hairpin"
+ROUTES = ("local", "via-tor")  # the routing modes compared; each has a ping and an all-reduce arm
+
+
+def ping_arm(mode: str) -> str:
+    return f"ping-{mode}"
+
+
+def allreduce_arm(mode: str) -> str:
+    return f"allreduce-{mode}"
 
 
 def build() -> Experiment:
@@ -18,16 +27,16 @@ def build() -> Experiment:
     ring = tuple((f"s1g{i}", f"s1g{i % 4 + 1}") for i in range(1, 5))
     ar = Workload(pattern="pairs", pairs=ring, elements=262144, iterations=3)
     return Experiment(
-        name="in-server",
+        name=NAME,
         title="In-server: GPU to GPU through the local switch vs the ToR hairpin",
         description="Latency (ping) between two GPUs of one server, and a ring all-reduce among four of "
         "its GPUs, routed through the server's local switch (NVSwitch-like) or up to the ToR and back.",
         topology="in-server:servers=2,gpus=8",
         arms=[
-            Arm("ping-local", kind="ping", mode="local"),
-            Arm("ping-via-tor", kind="ping", mode="via-tor"),
-            Arm("allreduce-local", kind="allreduce", mode="local", policy="spray", workload=ar),
-            Arm("allreduce-via-tor", kind="allreduce", mode="via-tor", policy="spray", workload=ar),
+            Arm(ping_arm("local"), kind="ping", mode="local"),
+            Arm(ping_arm("via-tor"), kind="ping", mode="via-tor"),
+            Arm(allreduce_arm("local"), kind="allreduce", mode="local", policy="spray", workload=ar),
+            Arm(allreduce_arm("via-tor"), kind="allreduce", mode="via-tor", policy="spray", workload=ar),
         ],
         workload=Workload(pattern="pairs", pairs=pairs),
         duration_s=3.0,

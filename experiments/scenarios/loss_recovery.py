@@ -14,6 +14,12 @@ SUMMARY = "random loss 0/0.1/1/5 %: selective repeat vs go-back-N vs TCP"
 
 
 LOSS_LEVELS = (0.0, 0.1, 1.0, 5.0)
+RECOVERIES = ("selective", "gobackn", "tcp")  # the transport's two, and TCP's
+
+
+def arm_name(recovery: str, loss_pct: float) -> str:
+    """The arm of `recovery` ("selective", "gobackn" or "tcp") at `loss_pct` percent loss: "gobackn@1%"."""
+    return f"{recovery}@{loss_pct:g}%"
 
 
 def build() -> Experiment:
@@ -22,14 +28,14 @@ def build() -> Experiment:
         faults = (Fault(0.0, "loss", "leaf1", "spine1", loss),) if loss else ()
         labels = {"loss_pct": loss}
         arms += [
-            Arm(f"selective@{loss:g}%", mode="ecmp", policy="spray", recovery="selective", faults=faults,
+            Arm(arm_name("selective", loss), mode="ecmp", policy="spray", recovery="selective", faults=faults,
                 labels={**labels, "recovery": "selective"}),
-            Arm(f"gobackn@{loss:g}%", mode="ecmp", policy="spray", recovery="gobackn", faults=faults,
+            Arm(arm_name("gobackn", loss), mode="ecmp", policy="spray", recovery="gobackn", faults=faults,
                 labels={**labels, "recovery": "gobackn"}),
-            Arm(f"tcp@{loss:g}%", kind="tcp", mode="ecmp", faults=faults, labels={**labels, "recovery": "tcp"}),
+            Arm(arm_name("tcp", loss), kind="tcp", mode="ecmp", faults=faults, labels={**labels, "recovery": "tcp"}),
         ]
     return Experiment(
-        name="loss-recovery",
+        name=NAME,
         title="Loss recovery: selective repeat vs go-back-N vs TCP under random loss",
         description="One flow crosses a fabric link that drops 0, 0.1, 1 and 5 % of packets at random "
         "(both directions). A single spine makes every arm cross the lossy link, so each sees the same "
@@ -69,7 +75,7 @@ def sentences(doc: ResultsDocument) -> list[str]:
     an = doc["analysis"]
     t = an.get("by_recovery", {})
     out = []
-    for rec in ("selective", "gobackn", "tcp"):
+    for rec in RECOVERIES:
         row = t.get(rec)
         if not row:
             continue

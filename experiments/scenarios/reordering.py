@@ -12,6 +12,7 @@ from topologies import Topology
 NAME = "reordering"
 SUMMARY = ("spraying over unequal paths: reorder distance, spurious retransmissions, ordered vs unordered "
            "delivery")
+SPRAY_UNORDERED, SPRAY_ORDERED, SINGLE_ORDERED = "spray-unordered", "spray-ordered", "single-ordered"
 
 
 def build() -> Experiment:
@@ -19,7 +20,7 @@ def build() -> Experiment:
     # arrive behind their successors.
     slow = (Fault(0.0, "rate", "leaf1", "spine2", 3.0),)
     return Experiment(
-        name="reordering",
+        name=NAME,
         title="Reordering under spraying over unequally loaded paths: ordered vs unordered delivery",
         description="Requests of 64 KiB, eight outstanding, answered with 64 bytes. Spraying over two paths, "
         "one of them slowed to a third, reorders packets: unordered delivery hands each message over as "
@@ -27,9 +28,9 @@ def build() -> Experiment:
         "A single path (no reordering) is the baseline.",
         topology="leaf-spine:spines=2,leaves=2,hosts=1,rate=10",
         arms=[
-            Arm("spray-unordered", mode="spray", policy="spray", delivery="unordered", faults=slow),
-            Arm("spray-ordered", mode="spray", policy="spray", delivery="ordered", faults=slow),
-            Arm("single-ordered", mode="ecmp", policy="single", delivery="ordered", faults=slow),
+            Arm(SPRAY_UNORDERED, mode="spray", policy="spray", delivery="unordered", faults=slow),
+            Arm(SPRAY_ORDERED, mode="spray", policy="spray", delivery="ordered", faults=slow),
+            Arm(SINGLE_ORDERED, mode="ecmp", policy="single", delivery="ordered", faults=slow),
         ],
         workload=Workload(pattern="pairs", pairs=(("h1", "h2"),), fill=0.0, request_response=True),
         duration_s=5.0,
@@ -39,7 +40,7 @@ def build() -> Experiment:
 
 def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
     arms = arms_by_name(doc)
-    u, o = arms.get("spray-unordered"), arms.get("spray-ordered")
+    u, o = arms.get(SPRAY_UNORDERED), arms.get(SPRAY_ORDERED)
     hol = None
     if u and o and u.get("completion_p99_s") and o.get("completion_p99_s"):
         hol = {"p50_ratio": (o["completion_p50_s"] or 0) / (u["completion_p50_s"] or 1),

@@ -19,6 +19,7 @@ from typing import Any
 
 from experiments.analysis.hashing import balls_in_bins
 from experiments.analysis.links import LinkSummary, summarise_links
+from experiments.scenarios import ecmp_vs_spray
 from labs import grading
 from labs.catalogue import LabError
 from topologies import parse_spec
@@ -127,7 +128,7 @@ def check_code(folder: Path) -> list[grading.Check]:
 
 
 def check_results(doc: dict[str, Any]) -> list[grading.Check]:
-    ecmp, spray = grading.arm(doc, "ecmp-single"), grading.arm(doc, "spray")
+    ecmp, spray = grading.arm(doc, ecmp_vs_spray.ECMP_SINGLE), grading.arm(doc, ecmp_vs_spray.SPRAY)
     e_mm = _max_over_min(ecmp.get("link_utilisation") or {})
     s_mm = _max_over_min(spray.get("link_utilisation") or {})
     if e_mm is None or s_mm is None:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from experiments.analysis.recovery_time import time_to_recover
+from experiments.scenarios import failover
 from labs import grading
 from labs.grading import Check
 from transport.config import TransportConfig
@@ -262,7 +263,7 @@ def _before_after(a: dict[str, Any], fault_t: float, duration: float) -> tuple[f
 def check_results(target: Path) -> list[Check]:
     doc = grading.load_results(target, "failover")
     checks: list[Check] = []
-    for name in ("adaptive", "ecmp-reroute", "tcp-ecmp"):
+    for name in (failover.ADAPTIVE, failover.ECMP_REROUTE, failover.TCP_ECMP):
         a = grading.arm(doc, name)
         cut = _cut(a)
         if cut is None:
@@ -273,8 +274,9 @@ def check_results(target: Path) -> list[Check]:
         checks.append(grading.at_most(f"{name}: controller reroute", None if took is None else took / 1e3, 1.0,
                                       f"{cut[0]}-{cut[1]} cut at {fault_t:.2f} s; seconds until the controller's "
                                       "new rules were confirmed"))
-        if name != "tcp-ecmp":
-            checks.append(grading.at_most(f"{name}: recovery", a.get("recovery_s"), 1.0 if name == "adaptive" else 1.5,
+        if name != failover.TCP_ECMP:
+            bound = 1.0 if name == failover.ADAPTIVE else 1.5
+            checks.append(grading.at_most(f"{name}: recovery", a.get("recovery_s"), bound,
                                           f"seconds until the slowest of {a.get('hit_flows', 0)} hit flow(s) was "
                                           "back to 90 %"))
         before, after = _before_after(a, fault_t, doc.get("duration_s") or 0.0)
