@@ -18,6 +18,7 @@ from experiments.overrides import ArmNotFound
 from experiments.policy_arm import PolicyArmError
 from experiments.records import ResultsWriteError
 from experiments.runner import Reporter
+from experiments.schema import RawArm
 from experiments.traffic import TrafficError
 from topologies import SpecError
 from transport.policy_plugin import add_path_policy_argument
@@ -139,7 +140,7 @@ class RichReporter(Reporter):
         self.progress.update(self.task, completed=self.index + fraction,
                              description=f"{self.name}: {note or 'traffic'}")
 
-    def arm_finished(self, index: int, arm: Arm, result: dict[str, Any]) -> None:
+    def arm_finished(self, index: int, arm: Arm, result: RawArm) -> None:
         self.progress.update(self.task, completed=index + 1, description=f"{arm.name}: done")
         if result.get("error"):
             self.console.print(f"[red]{arm.name} failed:[/red] {result['error']}")

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from experiments.schema import ArmResult
+
 log = logging.getLogger(__name__)
 
 EXPERIMENT = "ecmp-vs-spray"
@@ -25,7 +27,7 @@ DEFAULT_CASES: tuple[tuple[str, str | None], ...] = (
 )
 
 
-def arm_summary(arm: dict[str, Any]) -> dict[str, Any]:
+def arm_summary(arm: ArmResult) -> dict[str, Any]:
     """The bench's view of one arm of results.json."""
     fid = arm.get("fidelity") or {}
     budget = arm.get("cpu_budget") or {}

@@ -31,6 +31,7 @@ from experiments.analysis.links import fabric_hops, window_bytes
 from experiments.analysis.placement import derangement_across, host_rate_mbps
 from experiments.arms import ArmContext, Flow
 from experiments.model import Arm, Experiment, Fault, Workload
+from experiments.schema import RawArm
 from topologies import Topology
 from transport.headers import DATA_WIRE_OVERHEAD, datagram_size_for_mtu
 from transport.wire import DATA_HEADER_LEN
@@ -53,7 +54,7 @@ class Reporter:
     def arm_progress(self, fraction: float, note: str = "") -> None:
         pass
 
-    def arm_finished(self, index: int, arm: Arm, result: dict[str, Any]) -> None:
+    def arm_finished(self, index: int, arm: Arm, result: RawArm) -> None:
         log.info("arm %s done%s", arm.name, f" (error: {result['error']})" if result.get("error") else "")
 
 
@@ -155,12 +156,12 @@ def open_fabric(topo: Topology, mode: str, reporter: Reporter) -> Any:
 
 
 def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], duration: float, seed: int,
-            bytes_per_flow: int, raw_dir: Path, reporter: Reporter) -> dict[str, Any]:
+            bytes_per_flow: int, raw_dir: Path, reporter: Reporter) -> RawArm:
     """Bring a fabric up, run one arm, tear it down; returns the raw material for its results."""
     raw_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     fab = open_fabric(topo, arm.mode, reporter)
-    raw: dict[str, Any] = {"fault_errors": [], "endpoint_errors": []}
+    raw: RawArm = {"fault_errors": [], "endpoint_errors": []}
     try:
         raw["bring_up_s"] = round(fab.timings.bring_up_s, 3)
         raw["datapath"] = fab.datapath
@@ -290,7 +291,7 @@ def flow_bytes(w: Workload, topo: Topology, duration: float) -> int:
 
 @dataclass
 class RunOutcome:
-    raws: list[tuple[Arm, dict[str, Any]]]
+    raws: list[tuple[Arm, RawArm]]
     complete: bool
     started: float
     finished: float
@@ -309,7 +310,7 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
     arms = arms if arms is not None else exp.arms
     flows = {a.name: plan_flows(a.workload or exp.workload, topo, exp.seed) for a in arms}
     nbytes = {a.name: flow_bytes(a.workload or exp.workload, topo, exp.duration_s) for a in arms}
-    raws: list[tuple[Arm, dict[str, Any]]] = []
+    raws: list[tuple[Arm, RawArm]] = []
     complete = True
     started = time.time()
     records.write_manifest(out_dir, exp, topo, started)
