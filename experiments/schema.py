@@ -15,8 +15,10 @@ which transport.schema types).
 
 from __future__ import annotations
 
+import typing
 from typing import Any, TypedDict
 
+from experiments.analysis.fidelity import Fidelity as FidelityVerdict
 from transport.schema import problems
 
 SCHEMA_VERSION = 2  # 2: arms carry slowdown_mean / slowdown_max, sized flows ideal_fct_s / slowdown
@@ -25,29 +27,11 @@ SCHEMA_VERSION = 2  # 2: arms carry slowdown_mean / slowdown_max, sized flows id
 # An arm's parts
 
 
-class Fidelity(TypedDict):
-    """experiments.analysis.fidelity.Fidelity as plain data: did the emulator keep up during the arm."""
-
-    cpu_idle_min: float | None
-    cpu_idle_mean: float | None
-    switch_pps_peak: float
-    ovs_ceiling_pps: float
-    drops_outside_queues: int
-    packets_forwarded: int
-    trusted: bool
-    reasons: list[str]
-
-
-class RunFidelity(TypedDict):
-    """The worst over a run's arms (results.worst_fidelity)."""
-
-    cpu_idle_min: float | None
-    cpu_idle_mean: float | None
-    switch_pps_peak: float
-    ovs_ceiling_pps: float
-    drops_outside_queues: int
-    trusted: bool
-    reasons: list[str]
+# An arm's fidelity is analysis.fidelity.Fidelity as plain data, and a run's the worst over its arms
+# (results.worst_fidelity), which has no packet count: both typed from the dataclass's own fields.
+_FIDELITY = typing.get_type_hints(FidelityVerdict)
+Fidelity = TypedDict("Fidelity", _FIDELITY)  # type: ignore[misc]
+RunFidelity = TypedDict("RunFidelity", {k: v for k, v in _FIDELITY.items() if k != "packets_forwarded"})  # type: ignore[misc]
 
 
 class Reorder(TypedDict):
