@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from emulator.controller.rules import Multipath, compute_rules
-from experiments import catalogue
+from experiments import catalogue, overrides
 from labs.catalogue import all_labs, load_checker
 from topologies import parse_spec
 from transport.headers import datagram_size_for_mtu
@@ -69,9 +69,9 @@ def test_lab3_says_its_path_holds_a_few_packets():
 def test_lab5_duration_scales_the_allreduce():
     exp = catalogue.get("allreduce").build()
     assert exp.duration_s == 10.0 and exp.workload.elements * 4 == 4 << 20
-    half = catalogue.with_overrides(exp, duration=5.0)
+    half = overrides.with_overrides(exp, duration=5.0)
     assert half.workload.elements == exp.workload.elements // 2
-    tiny = catalogue.with_overrides(exp, duration=0.01)
+    tiny = overrides.with_overrides(exp, duration=0.01)
     assert tiny.workload.elements * 4 == 64 << 10
     text = readme(5)
     assert "does not shorten" not in text and "a shorter `--duration` does shorten the run" in text
