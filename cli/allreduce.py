@@ -1,4 +1,4 @@
-"""`fabriclab allreduce`: one rank of a ring all-reduce over the transport (transport/allreduce.py).
+"""`fabriclab allreduce`: one rank of a ring all-reduce over the transport (transport/io/allreduce.py).
 
 Every rank runs as its own process, started on its host as `python -m transport allreduce ...` by the
 experiment runner and the live view. Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout,
@@ -12,7 +12,10 @@ import signal
 import sys
 
 from cli.args import count_arg, parse_peers
-from transport.allreduce import (
+from transport.collective.ring import DEFAULT_PIECE_BYTES
+from transport.core.config import CC_ALGORITHMS, DELIVERY_MODES, PATH_POLICIES, RECOVERY_MODES, TransportConfig
+from transport.core.policy_plugin import add_path_policy_argument
+from transport.io.allreduce import (
     BASE_PORT_STRIDE,
     DEFAULT_BASE_PORT,
     DEFAULT_TIMEOUT,
@@ -24,10 +27,7 @@ from transport.allreduce import (
     UdpRingWorker,
     WorkerOptions,
 )
-from transport.config import CC_ALGORITHMS, DELIVERY_MODES, PATH_POLICIES, RECOVERY_MODES, TransportConfig
-from transport.endpoint import EndpointError, write_json
-from transport.policy_plugin import add_path_policy_argument
-from transport.ring import DEFAULT_PIECE_BYTES
+from transport.io.endpoint import EndpointError, write_json
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:

@@ -19,7 +19,7 @@ from experiments.policy_arm import PolicyArmError
 from experiments.runner import Reporter
 from experiments.traffic import TrafficError
 from topologies import SpecError
-from transport.policy_plugin import add_path_policy_argument
+from transport.core.policy_plugin import add_path_policy_argument
 
 DEMO_EXPERIMENT = "ecmp-vs-spray"
 

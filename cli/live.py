@@ -13,7 +13,7 @@ from emulator.errors import EmulatorError
 from experiments.live.controls import MODES, POLICIES
 from experiments.live.workload import WORKLOADS
 from topologies import SpecError
-from transport.policy_plugin import add_path_policy_argument
+from transport.core.policy_plugin import add_path_policy_argument
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from cli.args import (
     show_help,
     size_arg,
 )
-from transport.config import (
+from transport.core.config import (
     CC_ALGORITHMS,
     DELIVERY_MODES,
     PATH_POLICIES,
@@ -39,7 +39,8 @@ from transport.config import (
     ConfigError,
     TransportConfig,
 )
-from transport.endpoint import (
+from transport.core.policy_plugin import add_path_policy_argument
+from transport.io.endpoint import (
     DEFAULT_BASE_PORT,
     DEFAULT_PORT,
     EndpointError,
@@ -52,7 +53,6 @@ from transport.endpoint import (
     resolve,
     write_json,
 )
-from transport.policy_plugin import add_path_policy_argument
 
 USER_ERRORS: tuple[type[BaseException], ...] = (EndpointError, ConfigError)
 
@@ -417,7 +417,7 @@ def _cmd_send(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from transport.bench import run_bench
+    from transport.sim.bench import run_bench
 
     result = run_bench(quick=args.quick)
     print(json.dumps(result, indent=2, sort_keys=True))

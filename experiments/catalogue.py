@@ -18,7 +18,7 @@ import numpy as np
 from experiments import analysis
 from experiments.model import Arm, Experiment, Fault, Workload
 from topologies import Topology
-from transport.metrics import percentile
+from transport.core.metrics import percentile
 
 
 @dataclass(frozen=True)

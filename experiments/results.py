@@ -24,7 +24,7 @@ from experiments import analysis, arms
 from experiments.arms.base import SERIES_BIN
 from experiments.model import Arm
 from topologies import Topology
-from transport.metrics import percentile
+from transport.core.metrics import percentile
 
 SCHEMA_VERSION = 2  # 2: arms carry slowdown_mean / slowdown_max, sized flows ideal_fct_s / slowdown
 SAMPLE_DT = 0.5  # seconds a CPU sample covers when it does not say (older results)

@@ -32,8 +32,8 @@ from experiments import analysis, arms
 from experiments.arms import ArmContext, Flow
 from experiments.model import Arm, Experiment, Fault, Workload
 from topologies import Topology
-from transport.headers import DATA_WIRE_OVERHEAD, datagram_size_for_mtu
-from transport.wire import DATA_HEADER_LEN
+from transport.core.headers import DATA_WIRE_OVERHEAD, datagram_size_for_mtu
+from transport.core.wire import DATA_HEADER_LEN
 
 log = logging.getLogger(__name__)
 

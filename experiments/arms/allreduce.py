@@ -9,8 +9,8 @@ from typing import Any
 from experiments import analysis
 from experiments.arms import base
 from transport import command_line
-from transport.addressing import DEFAULT_PORT
-from transport.schema import AllreduceMetrics
+from transport.core.schema import AllreduceMetrics
+from transport.io.addressing import DEFAULT_PORT
 
 
 class Allreduce(base.ArmKind):

@@ -8,10 +8,10 @@ from typing import Any
 from experiments import analysis
 from experiments.arms import base
 from transport import command_line
-from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
-from transport.headers import datagram_size_for_mtu
-from transport.policy_plugin import sender_args
-from transport.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics
+from transport.core.headers import datagram_size_for_mtu
+from transport.core.policy_plugin import sender_args
+from transport.core.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics
+from transport.io.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
 
 
 class Srd(base.ArmKind):

@@ -27,8 +27,8 @@ from experiments import analysis
 from experiments.live.layout import natural_key
 from topologies import Topology
 from transport import command_line
-from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
-from transport.policy_plugin import sender_args
+from transport.core.policy_plugin import sender_args
+from transport.io.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
 
 log = logging.getLogger(__name__)
 

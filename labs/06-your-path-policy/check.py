@@ -1,7 +1,7 @@
 """Lab 6 checker: your path policy against the built-in single, spray and adaptive.
 
 On a folder of code (the lab's starter/ or solution/, or your copy) it loads my_policy.py:MyPolicy
-through the transport's plug-in loader and runs it in the simulated network (transport.policy_trial),
+through the transport's plug-in loader and runs it in the simulated network (transport.sim.policy_trial),
 beside the three built-ins on the same paths and seed: one scenario cuts the busiest of four paths
 halfway, the other slows it to a quarter of its rate. In each it grades goodput, tail (p99) message
 completion time and failover (goodput kept after the fault), each against the best built-in in that
@@ -20,9 +20,9 @@ from typing import Any
 
 from labs import grading
 from labs.catalogue import LabError
-from transport.paths import is_plugin
-from transport.policy_plugin import PolicySpecError, check_spec
-from transport.policy_trial import BUILTINS, SCENARIOS, builtin_trial, run_trial
+from transport.core.paths import is_plugin
+from transport.core.policy_plugin import PolicySpecError, check_spec
+from transport.sim.policy_trial import BUILTINS, SCENARIOS, builtin_trial, run_trial
 
 FILE, CLASS = "my_policy.py", "MyPolicy"
 EXPERIMENT = "hot-link"

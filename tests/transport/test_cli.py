@@ -117,7 +117,7 @@ def test_transport_entry_point_starts_an_endpoint_with_the_transport_alone() -> 
     assert proc.returncode == 0 and "--request-response" in proc.stdout, proc.stderr
     loaded = set(json.loads(proc.stdout.splitlines()[-1]))
     ours = {m for m in loaded if m.split(".")[0] in ("cli", "transport", "emulator", "experiments", "topologies")}
-    assert "transport.endpoint" in ours
+    assert "transport.io.endpoint" in ours
     assert {m.split(".")[0] for m in ours} == {"cli", "transport"}, ours
     assert {m for m in ours if m.startswith("cli")} == {"cli", "cli.main", "cli.args", "cli.srd"}, ours
     assert "numpy" not in loaded
@@ -188,8 +188,8 @@ def test_send_recv_subprocesses_json(tmp_path: Path) -> None:
 def test_send_json_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     import threading
 
-    from transport.config import TransportConfig
-    from transport.endpoint import Receiver
+    from transport.core.config import TransportConfig
+    from transport.io.endpoint import Receiver
 
     rcv = Receiver(TransportConfig(), bind="127.0.0.1", port=0, echo=True)
     rcv.open()

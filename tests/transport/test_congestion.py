@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from transport.congestion import DelayBased, FixedWindow, make_cc
-from transport.recovery import RttEstimator
+from transport.core.congestion import DelayBased, FixedWindow, make_cc
+from transport.core.recovery import RttEstimator
 
 
 def test_fixed_window_ignores_signals_and_paces_over_srtt() -> None:

@@ -4,7 +4,7 @@ holds oblivious spraying back and only a delay-aware policy steers around it).""
 
 from __future__ import annotations
 
-from transport.policy_trial import SCENARIOS, builtin_trial, run_trial
+from transport.sim.policy_trial import SCENARIOS, builtin_trial, run_trial
 
 CUT, SLOW = SCENARIOS
 
@@ -28,7 +28,7 @@ def test_the_builtins_meet_the_physics():
 
 
 def test_a_faulty_plugin_can_end_the_trial_early(tmp_path):
-    (tmp_path / "p.py").write_text("from transport.paths import Spray\n\nclass Todo(Spray):\n"
+    (tmp_path / "p.py").write_text("from transport.core.paths import Spray\n\nclass Todo(Spray):\n"
                                    "    def next_ev(self, now, avoid=None):\n        raise NotImplementedError\n")
     spec = f"{tmp_path / 'p.py'}:Todo"
     stopped = run_trial(spec, CUT, stop_on_fault=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from transport import command_line
-from transport.tcpflow import BIN_S, add_to_bins, tcp_info
+from transport.io.tcpflow import BIN_S, add_to_bins, tcp_info
 
 CMD = command_line("tcpflow")
 

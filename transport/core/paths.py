@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from typing import Protocol
 
-from transport.recovery import RttEstimator
+from transport.core.recovery import RttEstimator
 
 
 class PathPolicy(Protocol):
@@ -169,14 +169,14 @@ class Adaptive:
 
 
 def is_plugin(name: str) -> bool:
-    """A user's own policy, `FILE.py:ClassName` (transport.policy_plugin), rather than a built-in's name."""
+    """A user's own policy, `FILE.py:ClassName` (transport.core.policy_plugin), rather than a built-in's name."""
     return isinstance(name, str) and ".py:" in name
 
 
 def make_policy(name: str, num_evs: int, rng: random.Random) -> PathPolicy:
     """A built-in policy by name, or a user's plug-in (`FILE.py:ClassName`) behind its guard."""
     if is_plugin(name):
-        from transport.policy_plugin import make_guarded  # it imports this module
+        from transport.core.policy_plugin import make_guarded  # it imports this module
 
         return make_guarded(name, num_evs, rng)
     return make_builtin_policy(name, num_evs, rng)

@@ -1,7 +1,7 @@
 """The I/O shell every UDP endpoint shares: socket tuning, the poller, the event loop and its constants.
 
-The srd `Sender` and `Receiver` (transport/sender.py, transport/receiver.py) and the all-reduce's
-`UdpRingWorker` (transport/allreduce.py) are each one `EventLoop` subclass: a single-threaded,
+The srd `Sender` and `Receiver` (transport/io/sender.py, transport/io/receiver.py) and the all-reduce's
+`UdpRingWorker` (transport/io/allreduce.py) are each one `EventLoop` subclass: a single-threaded,
 non-blocking loop over `select.epoll` and `time.monotonic` that drives sans-I/O `Connection`s. A
 subclass opens its sockets, registers a reader for each, and implements `_turn(now)`: fire due timers,
 handle events, send what is due, and return when it next needs to run. The loop sleeps until then or
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from transport.config import TransportConfig
+from transport.core.config import TransportConfig
 
 # Socket buffers large enough to absorb a window's worth of packets between two loop turns; the
 # kernel silently caps them at net.core.{r,w}mem_max.

@@ -17,14 +17,14 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from transport import wire
-from transport.addressing import DEFAULT_PORT
-from transport.config import TransportConfig
-from transport.connection import Connection
-from transport.eventloop import EndpointError, EventLoop, read_batch, socket_drops
-from transport.events import MessageReceived
-from transport.schema import ReceiverMetrics
-from transport.workload import SEQ_LEN, check_payload, make_payload, payload_seq
+from transport.core import wire
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection
+from transport.core.events import MessageReceived
+from transport.core.schema import ReceiverMetrics
+from transport.io.addressing import DEFAULT_PORT
+from transport.io.eventloop import EndpointError, EventLoop, read_batch, socket_drops
+from transport.io.workload import SEQ_LEN, check_payload, make_payload, payload_seq
 
 log = logging.getLogger(__name__)
 

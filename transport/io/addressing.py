@@ -8,8 +8,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from transport.eventloop import EndpointError
-from transport.headers import datagram_size_for_mtu
+from transport.core.headers import datagram_size_for_mtu
+from transport.io.eventloop import EndpointError
 
 DEFAULT_PORT = 7471
 # A multiple of 16, so that source port & 0xF == EV for up to 16 EVs.

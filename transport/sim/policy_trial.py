@@ -1,6 +1,6 @@
 """A path policy on trial in the simulated network: goodput, tail completion time and failover.
 
-One connection sends over several equal paths (transport.simnet), closed loop: a few messages always
+One connection sends over several equal paths (transport.sim.simnet), closed loop: a few messages always
 outstanding, a new one as each completes, for a fixed time. Halfway through, the path that has carried
 the most so far fails — cut (everything on it is lost) or slowed to a fraction of its rate — as the
 experiments' `auto` faults pick the busiest link: a policy that keeps one path is hit, one that
@@ -18,9 +18,9 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from transport.config import TransportConfig
-from transport.connection import Connection, MessageAcked
-from transport.simnet import PathSpec, SimNetwork, drive
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection, MessageAcked
+from transport.sim.simnet import PathSpec, SimNetwork, drive
 
 BUILTINS = ("single", "spray", "adaptive")
 SETTLE_S = 0.25  # after the fault, time given to every policy before "after" goodput is counted
@@ -69,7 +69,7 @@ class TrialResult:
     p99_s: float | None
     messages: int
     failed_path: int
-    fault: str | None  # the plug-in's fault (transport.policy_plugin), None for none
+    fault: str | None  # the plug-in's fault (transport.core.policy_plugin), None for none
     mean_call_us: float | None
     series_bps: list[float] = field(default_factory=list)
 

@@ -18,9 +18,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from transport.config import TransportConfig
-from transport.connection import Connection, MessageAcked, MessageReceived
-from transport.headers import ETHERNET_HEADER, IP_UDP_HEADERS
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection, MessageAcked, MessageReceived
+from transport.core.headers import ETHERNET_HEADER, IP_UDP_HEADERS
 
 logger = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from transport.paths import is_plugin
-from transport.wire import DATA_HEADER_LEN, MAX_PAYLOAD
+from transport.core.paths import is_plugin
+from transport.core.wire import DATA_HEADER_LEN, MAX_PAYLOAD
 
 DELIVERY_MODES = ("unordered", "ordered")
 RECOVERY_MODES = ("selective", "gobackn")

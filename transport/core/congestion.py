@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from transport.recovery import RttEstimator
+from transport.core.recovery import RttEstimator
 
 
 class CongestionControl(Protocol):

@@ -1,14 +1,14 @@
 """Ring all-reduce over the fabriclab transport: one worker per host, or the whole ring in-process.
 
 ``fabriclab allreduce --rank R --peers IP:PORT,... --size N --iterations K --json-out F`` (cli/allreduce.py)
-runs rank R of the ring (algorithm, barrier and phases in transport/ring.py). The worker listens on its own
+runs rank R of the ring (algorithm, barrier and phases in transport/collective/ring.py). The worker listens on its own
 ``peers[R]`` port for its left neighbour's data and sends to ``peers[R+1]`` from one UDP socket per
 entropy value, bound to ``base_port + EV``, exactly as the srd Sender and Receiver do; both directions
-run in the event loop they share (transport/eventloop.py) over two sans-I/O ``Connection`` objects.
+run in the event loop they share (transport/io/eventloop.py) over two sans-I/O ``Connection`` objects.
 After every iteration the result is compared bit for bit with the reference sum computed in the ring's
 own order of float32 additions.
 
-``transport.ringsim.ring_allreduce_simulated`` runs the same ``RingRank`` for all ranks in one process
+``transport.sim.ringsim.ring_allreduce_simulated`` runs the same ``RingRank`` for all ranks in one process
 over simulated links with a virtual clock, so tests and experiments get deterministic results fast.
 
 Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout, 143 stopped by SIGTERM/SIGINT (the JSON is
@@ -28,12 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from transport import wire
-from transport.config import ConfigError, TransportConfig
-from transport.connection import Connection, MessageAcked, MessageReceived
-from transport.endpoint import resolve
-from transport.eventloop import RECV_BATCH, EventLoop, read_batch, socket_drops
-from transport.ring import (
+from transport.collective.ring import (
     DEFAULT_PIECE_BYTES,
     DTYPE,
     HEADER,
@@ -45,7 +40,12 @@ from transport.ring import (
     rank_connections,
     reference_from_seed,
 )
-from transport.schema import AllreduceMetrics
+from transport.core import wire
+from transport.core.config import ConfigError, TransportConfig
+from transport.core.connection import Connection, MessageAcked, MessageReceived
+from transport.core.schema import AllreduceMetrics
+from transport.io.endpoint import resolve
+from transport.io.eventloop import RECV_BATCH, EventLoop, read_batch, socket_drops
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class WorkerOptions:
 class UdpRingWorker(EventLoop):
     """Rank ``opts.rank`` of the ring over real sockets: a barrier, the iterations, a short linger.
 
-    The rank's logic is a `RingRank` (transport/ring.py), the same as in the simulation; this class
+    The rank's logic is a `RingRank` (transport/collective/ring.py), the same as in the simulation; this class
     is its I/O: the listen socket for the left neighbour's data, one socket per EV towards the right
     neighbour, the shared event loop, timeouts and the linger before exiting.
     """

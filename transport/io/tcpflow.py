@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from transport.endpoint import write_json
+from transport.io.endpoint import write_json
 
 CHUNK = 64 << 10
 RECV_BUF = 256 << 10

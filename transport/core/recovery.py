@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from transport.config import TransportConfig
-    from transport.congestion import CongestionControl
-    from transport.metrics import Stats
-    from transport.paths import PathPolicy
+    from transport.core.config import TransportConfig
+    from transport.core.congestion import CongestionControl
+    from transport.core.metrics import Stats
+    from transport.core.paths import PathPolicy
 
 logger = logging.getLogger(__name__)
 

@@ -17,14 +17,14 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT, resolve
-from transport.config import TransportConfig
-from transport.connection import Connection
-from transport.eventloop import EndpointError, EventLoop, socket_drops
-from transport.events import MessageAcked, MessageReceived
-from transport.metrics import quantiles
-from transport.schema import SenderMetrics, base_rto_s
-from transport.workload import Workload, make_payload, payload_seq
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection
+from transport.core.events import MessageAcked, MessageReceived
+from transport.core.metrics import quantiles
+from transport.core.schema import SenderMetrics, base_rto_s
+from transport.io.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT, resolve
+from transport.io.eventloop import EndpointError, EventLoop, socket_drops
+from transport.io.workload import Workload, make_payload, payload_seq
 
 log = logging.getLogger(__name__)
 
@@ -372,6 +372,6 @@ class Sender(EventLoop):
 
 
 def _connection_and_rto(conn: Connection) -> dict[str, Any]:
-    """The sender's `connection` metrics and `rto_s`, the RTO its own rule gives (transport.schema)."""
+    """The sender's `connection` metrics and `rto_s`, the RTO its own rule gives (transport.core.schema)."""
     metrics = conn.metrics()
     return {"rto_s": base_rto_s(metrics), "connection": metrics}
