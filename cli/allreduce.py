@@ -1,6 +1,6 @@
 """`fabriclab allreduce`: one rank of a ring all-reduce over the transport (transport/io/allreduce.py).
 
-Every rank runs as its own process, started on its host as `python -m transport allreduce ...` by the
+Every rank runs as its own process, started on its host as `python -m cli.endpoint allreduce ...` by the
 experiment runner and the live view. Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout,
 143 stopped by SIGTERM/SIGINT; once the options are valid the JSON is written in every case.
 """

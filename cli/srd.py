@@ -5,7 +5,7 @@ a stream of messages open- or closed-loop, or request/response). Both print a su
 with `--json` / `--json-out`, and flush those metrics on SIGINT/SIGTERM. Bad options produce one line
 naming the option and the fix, and exit status 2.
 
-The endpoints in emulated hosts start as `python -m transport srd ...`, which loads this module alone:
+The endpoints in emulated hosts start as `python -m cli.endpoint srd ...`, which loads this module alone:
 it imports the transport's endpoint and nothing of the emulator or the experiments.
 """
 

@@ -1,4 +1,4 @@
-"""`python -m transport tcpflow recv|send`: sized TCP flows timed until the receiver holds every byte.
+"""`python -m cli.endpoint tcpflow recv|send`: sized TCP flows timed until the receiver holds every byte.
 
 The experiment runner's TCP baseline for sized flows (transport/io/tcpflow.py says why not iperf3 -n).
 It is a command of the transport's entry point only, not of `fabriclab`: people compare against TCP

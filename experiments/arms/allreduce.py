@@ -8,7 +8,7 @@ from typing import Any
 
 from experiments import analysis
 from experiments.arms import base
-from transport import command_line
+from experiments.endpoints import command_line
 from transport.core.schema import AllreduceMetrics
 from transport.io.addressing import DEFAULT_PORT
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from experiments import analysis
 from experiments.arms import base
-from transport import command_line
+from experiments.endpoints import command_line
 from transport.core.headers import datagram_size_for_mtu
 from transport.core.policy_plugin import sender_args
 from transport.core.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics

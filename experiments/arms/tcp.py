@@ -10,7 +10,7 @@ import numpy as np
 
 from experiments import analysis
 from experiments.arms import base
-from transport import command_line
+from experiments.endpoints import command_line
 from transport.io.addressing import DEFAULT_BASE_PORT
 
 IPERF_PORT = 5201  # iperf3's own default; flow i listens on IPERF_PORT + i

@@ -17,7 +17,7 @@ import pytest
 
 from cli.args import parse_peers
 from cli.main import main
-from transport import command_line
+from experiments.endpoints import command_line
 from transport.collective.ring import (
     RingProtocolError,
     RingWorker,

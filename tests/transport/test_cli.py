@@ -13,7 +13,7 @@ import pytest
 from cli.args import size_arg
 from cli.main import main
 from cli.srd import parse_destination
-from transport import command_line
+from experiments.endpoints import command_line
 
 ROOT = Path(__file__).resolve().parents[2]
 FABRICLAB = [sys.executable, "-m", "cli"]
@@ -102,14 +102,14 @@ def test_transport_entry_point_is_one_line_on_bad_input() -> None:
                           text=True, timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("python -m transport srd send: error: argument --to"), lines
+    assert len(lines) == 1 and lines[0].startswith("python -m cli.endpoint srd send: error: argument --to"), lines
 
 
 def test_transport_entry_point_starts_an_endpoint_with_the_transport_alone() -> None:
-    """`python -m transport srd` loads the transport and its argument parsing, nothing of the emulator, the
+    """`python -m cli.endpoint srd` loads the transport and its argument parsing, nothing of the emulator, the
     experiments or the other commands: every endpoint in an emulated host pays for its start."""
     show_modules = ("import json, runpy, sys\n"
-                    "try:\n    runpy.run_module('transport', run_name='__main__', alter_sys=True)\n"
+                    "try:\n    runpy.run_module('cli.endpoint', run_name='__main__', alter_sys=True)\n"
                     "except SystemExit:\n    pass\n"
                     "print(json.dumps(sorted(sys.modules)))")
     proc = subprocess.run([sys.executable, "-c", show_modules, "srd", "send", "--help"], cwd=ROOT,
