@@ -100,13 +100,6 @@ class Arm:
     # This arm's own workload, when it differs from the experiment's (e.g. ping vs all-reduce).
     workload: Workload | None = None
 
-    def describe(self) -> str:
-        from experiments import arms  # the kinds import this module for Arm
-
-        how = arms.get(self.kind).describe(self)
-        if self.faults:
-            how += "; " + ", ".join(f.describe() for f in self.faults)
-        return how
 
 
 @dataclass

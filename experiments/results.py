@@ -107,7 +107,7 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
     """The results entry of one arm (an errored arm keeps its keys, with zeros and the error)."""
     entry: dict[str, Any] = {
         "name": arm.name, "kind": arm.kind, "mode": arm.mode, "policy": arm.policy, "recovery": arm.recovery,
-        "delivery": arm.delivery, "description": arm.describe(), "labels": dict(arm.labels),
+        "delivery": arm.delivery, "description": arms.describe(arm), "labels": dict(arm.labels),
         "error": raw.get("error"), "repetition": raw.get("repetition", 0),
         "goodput_bps": 0.0, "ideal_bps": ideal, "goodput_fraction": 0.0, "link_imbalance": 0.0,
         "hot_links": [], "completion_p50_s": None, "completion_p99_s": None,
