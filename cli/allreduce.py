@@ -13,7 +13,9 @@ import sys
 
 from cli.args import count_arg, parse_peers
 from transport.collective.ring import DEFAULT_PIECE_BYTES
-from transport.core.config import CC_ALGORITHMS, DELIVERY_MODES, PATH_POLICIES, RECOVERY_MODES, TransportConfig
+from transport.core.config import DELIVERY_MODES, RECOVERY_MODES, TransportConfig
+from transport.core.congestion import CONTROLLERS
+from transport.core.paths import POLICIES
 from transport.core.policy_plugin import add_path_policy_argument
 from transport.io.allreduce import (
     BASE_PORT_STRIDE,
@@ -43,14 +45,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    help="IP:PORT of every rank in ring order; rank r listens on its own port")
     p.add_argument("--size", type=count_arg, required=True, help="float32 elements (suffix K/M/G allowed)")
     p.add_argument("--iterations", type=int, default=1)
-    p.add_argument("--policy", choices=PATH_POLICIES, default="spray", help="path (EV) policy")
+    p.add_argument("--policy", choices=POLICIES.names(), default=TransportConfig.path_policy,
+                   help=f"path (EV) policy: {POLICIES.help()}")
     add_path_policy_argument(p)
     p.add_argument("--evs", type=int, default=16, help="entropy values = source ports per rank")
     p.add_argument("--base-port", type=int, default=None,
                    help=f"first source port (EV 0); default {DEFAULT_BASE_PORT} + {BASE_PORT_STRIDE} * rank")
     p.add_argument("--recovery", choices=RECOVERY_MODES, default="selective")
     p.add_argument("--delivery", choices=DELIVERY_MODES, default="unordered")
-    p.add_argument("--cc", choices=CC_ALGORITHMS, default=TransportConfig.cc, help="congestion control")
+    p.add_argument("--cc", choices=CONTROLLERS.names(), default=TransportConfig.cc,
+                   help=f"congestion control: {CONTROLLERS.help()}")
     p.add_argument("--window", type=int, default=TransportConfig.window,
                    help="packets: the fixed window, or the initial window of --cc delay")
     p.add_argument("--rto-min", type=float, default=TransportConfig.rto_min, help="seconds: floor of the RTO")

@@ -9,7 +9,7 @@ from experiments import results, runner
 from experiments.model import Arm
 from tests.experiments.simulated_endpoints import receiver_record, sender_record, transfer, write
 from topologies import parse_spec
-from transport.core.recovery import RttEstimator, rto
+from transport.core.rtt import RttEstimator, rto
 from transport.core.schema import AllreduceMetrics, ReceiverMetrics, SenderMetrics, problems
 from transport.io.allreduce import UdpRingWorker, WorkerOptions
 from transport.sim.simnet import PathSpec

@@ -7,7 +7,8 @@ import random
 import pytest
 
 from transport.core.config import TransportConfig
-from transport.core.paths import Adaptive, SinglePath, Spray, make_policy
+from transport.core.paths import Adaptive, SinglePath, Spray
+from transport.core.policy_plugin import make_policy
 from transport.sim.simnet import PathSpec, run_transfer
 
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from transport.core import policy_plugin
 from transport.core.config import ConfigError, TransportConfig
 from transport.core.connection import Connection
-from transport.core.paths import Spray, make_policy
-from transport.core.policy_plugin import GuardedPolicy, PolicySpecError
+from transport.core.paths import Spray
+from transport.core.policy_plugin import GuardedPolicy, PolicySpecError, make_policy
 from transport.sim.simnet import PathSpec, run_transfer
 
 ROOT = Path(__file__).resolve().parents[2]

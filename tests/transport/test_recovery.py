@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from transport.core.config import TransportConfig
 from transport.core.metrics import Stats
-from transport.core.recovery import LossRecovery, RttEstimator, SentPacket, rto
+from transport.core.recovery import LossRecovery, SentPacket
+from transport.core.rtt import RttEstimator, rto
 
 
 class Recorder:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from transport.core.config import TransportConfig
-from transport.core.recovery import RttEstimator, rto
+from transport.core.rtt import RttEstimator, rto
 from transport.core.schema import (
     AllreduceMetrics,
     ConnectionMetrics,

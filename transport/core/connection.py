@@ -23,9 +23,11 @@ from transport.core.config import TransportConfig
 from transport.core.congestion import Pacer, make_cc
 from transport.core.events import Event, MessageAcked, MessageReceived
 from transport.core.metrics import Stats
-from transport.core.paths import PathPolicy, make_policy
+from transport.core.paths import PathPolicy
+from transport.core.policy_plugin import make_policy
 from transport.core.reassembly import Reassembler
-from transport.core.recovery import LossRecovery, RttEstimator, SentPacket
+from transport.core.recovery import LossRecovery, SentPacket
+from transport.core.rtt import RttEstimator
 from transport.core.wire import (
     FLAG_NAK,
     FLAG_RETRANSMIT,
@@ -76,10 +78,7 @@ class Connection:
         self._policy = make_policy(config.path_policy, config.num_evs, self._rng)
         # One RTT estimate, kept up to date by loss recovery and read by congestion control.
         self._rtt = RttEstimator()
-        self._cc = make_cc(
-            config.cc, config.window, config.max_window, config.target_delay, config.pacing, config.target_packets,
-            rtt=self._rtt,
-        )
+        self._cc = make_cc(config.cc, config, rtt=self._rtt)
         # With coalesced ACKs one ACK opens the window by up to ack_batch packets at once; a pacer
         # that banked only 4 intervals of idle time would split that into several wake-ups.
         self._pacer = Pacer(burst=max(4, config.ack_batch) if config.ack_delay > 0 else 4)

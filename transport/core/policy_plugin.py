@@ -298,6 +298,14 @@ def make_guarded(policy: str, num_evs: int, rng: random.Random) -> GuardedPolicy
     return GuardedPolicy(load_class(spec), num_evs, rng, source=str(spec))
 
 
+def make_policy(name: str, num_evs: int, rng: random.Random) -> PathPolicy:
+    """A connection's path policy: a registered one by name (transport.core.paths.POLICIES), or a user's
+    plug-in (`FILE.py:ClassName`) behind its guard."""
+    if is_spec(name):
+        return make_guarded(name, num_evs, rng)
+    return make_builtin_policy(name, num_evs, rng)
+
+
 # --------------------------------------------------------------------------------------------------
 # Command line: the one definition of --path-policy for every command that takes it.
 

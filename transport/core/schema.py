@@ -15,7 +15,7 @@ import types
 import typing
 from typing import Any, TypedDict, is_typeddict
 
-from transport.core.recovery import RttEstimator, rto
+from transport.core.rtt import RttEstimator, rto
 
 # --------------------------------------------------------------------------------------------------
 # A connection's own counters (Connection.metrics(), transport.core.metrics.Stats.summary())

@@ -18,11 +18,11 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from transport.core.config import TransportConfig
+from transport.core.config import PATH_POLICIES, TransportConfig
 from transport.core.connection import Connection, MessageAcked
 from transport.sim.simnet import PathSpec, SimNetwork, drive
 
-BUILTINS = ("single", "spray", "adaptive")
+BUILTINS = PATH_POLICIES  # every registered policy is a yardstick
 SETTLE_S = 0.25  # after the fault, time given to every policy before "after" goodput is counted
 BIN_S = 0.05  # goodput series bin
 
