@@ -20,6 +20,7 @@ from typing import Any
 
 from transport.core.config import PATH_POLICIES, TransportConfig
 from transport.core.connection import Connection, MessageAcked
+from transport.core.metrics import percentile
 from transport.sim.simnet import PathSpec, SimNetwork, drive
 
 BUILTINS = PATH_POLICIES  # every registered policy is a yardstick
@@ -65,7 +66,7 @@ class TrialResult:
     after_bps: float  # ... from SETTLE_S after the fault to the end
     kept: float  # after_bps / before_bps: how much of its goodput the policy kept through the fault
     recovery_s: float | None  # fault to the first 0.25 s back at >= 60 % of before_bps (None: never)
-    p50_s: float | None  # message completion time percentiles
+    p50_s: float | None  # message completion time percentiles (transport.core.metrics.percentile)
     p99_s: float | None
     messages: int
     failed_path: int
@@ -75,13 +76,6 @@ class TrialResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
 
 
 @functools.lru_cache(maxsize=64)
@@ -162,7 +156,7 @@ def run_trial(policy: str, scenario: Scenario, seed: int = 1, stop_on_fault: boo
         policy=policy, scenario=sc.name, seed=seed,
         goodput_bps=8 * sum(n for _, n in acked) / sc.duration_s, before_bps=before, after_bps=after,
         kept=after / before if before > 0 else 0.0, recovery_s=recovery,
-        p50_s=_percentile(completions, 50), p99_s=_percentile(completions, 99), messages=len(completions),
+        p50_s=percentile(completions, 50), p99_s=percentile(completions, 99), messages=len(completions),
         failed_path=failed[0], fault=metrics.get("path_policy_fault"),
         mean_call_us=pstate.get("mean_call_us") if isinstance(pstate, dict) else None,
         series_bps=[round(x, 1) for x in series],
