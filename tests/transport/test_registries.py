@@ -13,29 +13,24 @@ import pytest
 
 from cli.main import build_parser
 from transport.core.config import CC_ALGORITHMS, PATH_POLICIES, ConfigError, TransportConfig
-from transport.core.congestion import CONTROLLERS, CcConfig, WindowControl, make_cc, register_congestion_control
+from transport.core.congestion import CONTROLLERS, CcConfig, FixedWindow, make_cc, register_congestion_control
 from transport.core.paths import POLICIES
 from transport.core.rtt import RttEstimator
 from transport.sim.simnet import PathSpec, run_transfer
 
 
-class HalvingWindow(WindowControl):
-    """A toy controller: a fixed window that halves on every loss or timeout and grows by one per RTT."""
+class HalvingWindow(FixedWindow):
+    """A toy controller: a window that grows by one packet per RTT and halves on every loss or timeout."""
 
     name = "halving"
 
     def __init__(self, window: float, rtt: RttEstimator | None) -> None:
-        super().__init__(window, pacing=True, rtt=rtt)
+        super().__init__(window, rtt=rtt)
         self.acks = 0
         self.halvings = 0
 
-    @property
-    def pacing_rate(self) -> float | None:
-        return self._paced(1.5)
-
     def on_ack(self, rtt: float, acked: int, now: float) -> None:
-        if self._own_rtt:
-            self.rtt.update(rtt)
+        super().on_ack(rtt, acked, now)
         self.acks += acked
         self._window += acked / self._window
 
@@ -45,9 +40,6 @@ class HalvingWindow(WindowControl):
 
     def on_timeout(self, now: float) -> None:
         self.on_loss(now)
-
-    def on_spurious(self, now: float) -> None:
-        pass
 
     def state(self) -> dict:
         return {"window": self._window, "acks": self.acks, "halvings": self.halvings}

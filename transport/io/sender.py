@@ -19,11 +19,12 @@ from typing import Any
 
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection
-from transport.core.events import MessageAcked, MessageReceived
+from transport.core.events import Event, MessageAcked, MessageReceived
 from transport.core.metrics import quantiles
+from transport.core.pump import Pump, earliest
 from transport.core.schema import SenderMetrics, base_rto_s
 from transport.io.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT, resolve
-from transport.io.eventloop import EndpointError, EventLoop, socket_drops
+from transport.io.eventloop import EndpointError, EventLoop, SendCounters, SocketSender, socket_drops
 from transport.io.workload import Workload, make_payload, payload_seq
 
 log = logging.getLogger(__name__)
@@ -112,13 +113,11 @@ class Sender(EventLoop):
         self.bytes_acked = 0
         self.responses = 0
         self.response_bytes = 0
-        self.datagrams_sent = 0
         self.datagrams_received = 0
         self.ev_sent = [0] * config.num_evs
         self.ev_received = [0] * config.num_evs
-        self.send_errors = 0
-        self.refused = 0
-        self.last_error = ""
+        self.sent = SendCounters()
+        self.pump: Pump | None = None  # once the sockets are open
         self.first_reply: float | None = None
         self.completed = False
         self.completed_at: float | None = None
@@ -148,7 +147,9 @@ class Sender(EventLoop):
                 raise EndpointError(f"cannot reach {self.host}:{self.port}: {exc.strerror}") from exc
             self._register(s, partial(self._drain, s.recv, ev))
             self.socks.append(s)
-        self._sends = [s.send for s in self.socks]
+        sends = [s.send for s in self.socks]
+        self.pump = Pump(self.conn, SocketSender(lambda dgram, ev: sends[ev](dgram), self.sent, self.ev_sent),
+                         self._on_event)
 
     def _close_socks(self) -> None:
         for s in self.socks:
@@ -180,7 +181,7 @@ class Sender(EventLoop):
     def _outstanding(self) -> int:
         return len(self._submit_time)
 
-    def _pump(self, now: float) -> float | None:
+    def _submit_due(self, now: float) -> float | None:
         """Submit what the workload allows now; return when it next wants to submit (open loop)."""
         w = self.workload
         if w.rate:
@@ -198,13 +199,12 @@ class Sender(EventLoop):
     # -- loop ----------------------------------------------------------------------------------------
 
     def _turn(self, now: float) -> float | None:
-        conn = self.conn
-        timer = conn.get_timer()
-        if timer is not None and timer <= now:
-            conn.handle_timer(now)
-        self._events(now)
-        wake = self._pump(now)
-        self._flush(now)
+        pump = self.pump
+        assert pump is not None, "call open() first"
+        pump.fire(now)
+        pump.events(now)
+        wake = self._submit_due(now)
+        pump.flush(now)
         if not self._more() and not self._submit_time and not self._await_ack:
             if not self.completed:
                 self.completed = True
@@ -214,9 +214,7 @@ class Sender(EventLoop):
             return None
         if self.first_reply is None and now - self.started > self.connect_timeout:
             self._no_receiver()
-        timer = conn.get_timer()
-        if timer is not None and (wake is None or timer < wake):
-            wake = timer
+        wake = earliest(wake, (pump,))
         if self.first_reply is None:
             limit = self.started + self.connect_timeout
             if wake is None or limit < wake:
@@ -225,38 +223,16 @@ class Sender(EventLoop):
 
     def _no_receiver(self) -> None:
         where = f"{self.host}:{self.port}"
-        if self.refused:
+        if self.sent.refused:
             raise EndpointError(
                 f"no receiver at {where} (connection refused); start `fabriclab srd recv --port {self.port}` "
                 "there first or fix --to"
             )
-        detail = f" ({self.last_error})" if self.last_error else ""
+        detail = f" ({self.sent.last_error})" if self.sent.last_error else ""
         raise EndpointError(
             f"no reply from {where} within {self.connect_timeout:g} s{detail}; check --to and that "
             "`fabriclab srd recv` runs there"
         )
-
-    def _flush(self, now: float) -> None:
-        out = self.conn.datagrams_to_send(now)
-        if not out:
-            return
-        sends = self._sends
-        ev_sent = self.ev_sent
-        for dgram, ev in out:
-            try:
-                sends[ev](dgram)
-            except BlockingIOError:
-                # Socket buffer full: the datagram is lost and the transport will recover it, as it
-                # would a packet dropped by a switch.
-                self.send_errors += 1
-            except ConnectionRefusedError:
-                # An ICMP port-unreachable from an earlier datagram, reported on this send.
-                self.refused += 1
-            except OSError as exc:
-                self.send_errors += 1
-                self.last_error = exc.strerror or str(exc)
-            ev_sent[ev] += 1
-        self.datagrams_sent += len(out)
 
     def _drain(self, recv: Callable[[int], bytes], ev: int, now: float) -> int:
         # One datagram per readiness report: ACKs are spread over the EV sockets, so a socket
@@ -267,10 +243,10 @@ class Sender(EventLoop):
         except BlockingIOError:
             return 0
         except ConnectionRefusedError:
-            self.refused += 1
+            self.sent.refused += 1
             return 0
         except OSError as exc:
-            self.last_error = exc.strerror or str(exc)
+            self.sent.last_error = exc.strerror or str(exc)
             return 0
         self.conn.receive_datagram(data, now)
         self.datagrams_received += 1
@@ -279,27 +255,25 @@ class Sender(EventLoop):
             self.first_reply = now
         return 1
 
-    def _events(self, now: float) -> None:
-        next_event = self.conn.next_event
+    def _on_event(self, event: Event, now: float) -> None:
         rr = self.workload.request_response
-        while (event := next_event()) is not None:
-            if isinstance(event, MessageAcked):
-                self.bytes_acked += self._await_ack.pop(event.msg_id, 0)
-                self.messages_acked += 1
-                if not rr:
-                    t0 = self._submit_time.pop(event.msg_id, None)
-                    if t0 is not None:
-                        self.completion_times.append(now - t0)
-            elif isinstance(event, MessageReceived):
-                data = event.data
-                self.responses += 1
-                self.response_bytes += len(data)
-                if rr:
-                    t0 = self._submit_time.pop(payload_seq(data), None)
-                    if t0 is not None:
-                        self.completion_times.append(now - t0)
-                if self.on_response is not None:
-                    self.on_response(event.msg_id, data)
+        if isinstance(event, MessageAcked):
+            self.bytes_acked += self._await_ack.pop(event.msg_id, 0)
+            self.messages_acked += 1
+            if not rr:
+                t0 = self._submit_time.pop(event.msg_id, None)
+                if t0 is not None:
+                    self.completion_times.append(now - t0)
+        elif isinstance(event, MessageReceived):
+            data = event.data
+            self.responses += 1
+            self.response_bytes += len(data)
+            if rr:
+                t0 = self._submit_time.pop(payload_seq(data), None)
+                if t0 is not None:
+                    self.completion_times.append(now - t0)
+            if self.on_response is not None:
+                self.on_response(event.msg_id, data)
 
     # -- results -------------------------------------------------------------------------------------
 
@@ -310,7 +284,7 @@ class Sender(EventLoop):
         try:
             self._run_loop()
             # One last flush so that ACKs for responses received in the final turn leave.
-            self._flush(time.monotonic())
+            self.pump.flush(time.monotonic())  # type: ignore[union-attr]
             self._socket_drops = socket_drops(self.socks)
             return self.metrics()
         finally:
@@ -348,15 +322,15 @@ class Sender(EventLoop):
             "responses": self.responses,
             "response_bytes": self.response_bytes,
             "completion_times": summarize(self.completion_times),
-            "datagrams_sent": self.datagrams_sent,
+            "datagrams_sent": self.sent.datagrams_sent,
             "datagrams_received": self.datagrams_received,
-            "pps_sent": self.datagrams_sent / duration,
+            "pps_sent": self.sent.datagrams_sent / duration,
             "ev_datagrams_sent": list(self.ev_sent),
             "ev_datagrams_received": list(self.ev_received),
             "base_port": self.base_port,
             "source_ports": [s.getsockname()[1] for s in self.socks] if self.socks else [],
-            "send_errors": self.send_errors,
-            "refused": self.refused,
+            "send_errors": self.sent.send_errors,
+            "refused": self.sent.refused,
             "socket_drops": getattr(self, "_socket_drops", None),
             "workload": {
                 "total_bytes": self.workload.total_bytes,
