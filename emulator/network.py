@@ -30,10 +30,11 @@ from emulator.shaping import Impairment, InterfaceShaper, rate_change_command
 from emulator.state import BRIDGE_MARK, RunState, active_runs, interface_exists
 from emulator.system import Capabilities, capabilities, require_ready
 from topologies.model import DEFAULT_MTU, Link, Topology
+from transport.core.contract import ROUTING_MODES
 
 log = logging.getLogger(__name__)
 
-MODES = ("ecmp", "spray", "single", "local", "via-tor")
+MODES = ROUTING_MODES
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from transport.core.congestion import CONTROLLERS
+from transport.core.contract import NUM_EVS
 from transport.core.paths import POLICIES, is_plugin
 from transport.core.wire import DATA_HEADER_LEN, MAX_PAYLOAD
 
@@ -27,7 +28,7 @@ class TransportConfig:
     delivery: str = "unordered"  # "unordered" (SRD/RUD) | "ordered" (ROD, head-of-line blocking)
     recovery: str = "selective"  # "selective" | "gobackn"
     path_policy: str = "spray"  # a name in transport.core.paths.POLICIES, or "/abs/FILE.py:ClassName" (a plug-in)
-    num_evs: int = 16
+    num_evs: int = NUM_EVS
     cc: str = "delay"  # a name in transport.core.congestion.CONTROLLERS: "delay" (Swift-like) | "fixed"
     window: int = 64  # packets: the fixed window, and the initial window for "delay"
     max_window: int = 1024

@@ -43,6 +43,7 @@ from transport.collective.ring import (
 from transport.core import wire
 from transport.core.config import ConfigError, TransportConfig
 from transport.core.connection import Connection, MessageAcked, MessageReceived
+from transport.core.contract import DEFAULT_BASE_PORT, PORT_ALIGNMENT, base_port_problem, is_aligned
 from transport.core.events import Event
 from transport.core.pump import Datagrams, Pump, earliest, linger
 from transport.core.schema import AllreduceMetrics
@@ -55,7 +56,6 @@ EXIT_OK = 0
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
 EXIT_SIGNAL = 143  # the shell's code for a process ended by SIGTERM
-DEFAULT_BASE_PORT = 40000
 BASE_PORT_STRIDE = 64  # default base port of rank r is 40000 + 64 r, so ranks sharing a host do not clash
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_LINGER = 0.3
@@ -127,13 +127,10 @@ class WorkerOptions:
         except ConfigError as exc:
             raise AllReduceError(f"transport configuration: {exc}") from None
         base = self.source_base
-        if not 1 <= base <= 65536 - self.config.num_evs:
-            raise AllReduceError(
-                f"--base-port {base} + {self.config.num_evs} EVs does not fit 1-65535; "
-                f"use a base port <= {65536 - self.config.num_evs}"
-            )
-        if base % 16:
-            logger.warning("base port %d is not a multiple of 16: source port low bits != EV", base)
+        if problem := base_port_problem(base, self.config.num_evs):
+            raise AllReduceError(f"--base-port: {problem}")
+        if not is_aligned(base):
+            logger.warning("base port %d is not a multiple of %d: source port low bits != EV", base, PORT_ALIGNMENT)
         max_piece = Connection(self.config, 1).max_message_size - HEADER.size
         if not DTYPE.itemsize <= self.piece_bytes <= max_piece:
             raise AllReduceError(f"--piece-bytes {self.piece_bytes}: use {DTYPE.itemsize}..{max_piece}")

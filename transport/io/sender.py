@@ -19,11 +19,12 @@ from typing import Any
 
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection
+from transport.core.contract import DEFAULT_BASE_PORT, DEFAULT_PORT, PORT_ALIGNMENT, base_port_problem, is_aligned
 from transport.core.events import Event, MessageAcked, MessageReceived
 from transport.core.metrics import quantiles
 from transport.core.pump import Pump, earliest
 from transport.core.schema import SenderMetrics, base_rto_s
-from transport.io.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT, resolve
+from transport.io.addressing import resolve
 from transport.io.eventloop import EndpointError, EventLoop, SendCounters, SocketSender, socket_drops
 from transport.io.workload import Workload, make_payload, payload_seq
 
@@ -72,13 +73,10 @@ class Sender(EventLoop):
         super().__init__(config, duration=duration, progress=progress)
         self.workload = workload or Workload(total_bytes=1 << 20)
         self.workload.validate()
-        if base_port and not 1 <= base_port <= 65536 - config.num_evs:
-            raise EndpointError(
-                f"base port {base_port} + {config.num_evs} EVs does not fit in 1-65535; "
-                f"use a base port <= {65536 - config.num_evs}"
-            )
-        if base_port and base_port % 16:
-            log.warning("base port %d is not a multiple of 16: source port low bits != EV", base_port)
+        if base_port and (problem := base_port_problem(base_port, config.num_evs)):
+            raise EndpointError(problem)
+        if base_port and not is_aligned(base_port):
+            log.warning("base port %d is not a multiple of %d: source port low bits != EV", base_port, PORT_ALIGNMENT)
         self.family, self.dest = resolve(host, port)
         self.host, self.port = host, port
         self.bind = bind if bind is not None else ("::" if self.family == socket.AF_INET6 else "0.0.0.0")
@@ -136,7 +134,7 @@ class Sender(EventLoop):
                 if exc.errno == errno.EADDRINUSE:
                     raise EndpointError(
                         f"source port {port} (base port {self.base_port} + EV {ev}) is in use; "
-                        "choose another --base-port (a multiple of 16)"
+                        f"choose another --base-port (a multiple of {PORT_ALIGNMENT})"
                     ) from exc
                 raise EndpointError(f"cannot bind {self.bind}:{port}: {exc.strerror}; check --bind") from exc
             try:
