@@ -11,12 +11,11 @@ import argparse
 import signal
 import sys
 
-from cli.args import count_arg, parse_peers
+from cli.args import add_path_policy_argument, count_arg, parse_peers
 from transport.collective.ring import DEFAULT_PIECE_BYTES
 from transport.core.config import DELIVERY_MODES, RECOVERY_MODES, TransportConfig
 from transport.core.congestion import CONTROLLERS
 from transport.core.paths import POLICIES
-from transport.core.policy_plugin import add_path_policy_argument
 from transport.io.allreduce import (
     BASE_PORT_STRIDE,
     DEFAULT_BASE_PORT,

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cli.args import (
+    add_path_policy_argument,
     destination_arg,
     mtu_arg,
     nonneg_float,
@@ -34,7 +35,6 @@ from cli.args import (
 from transport.core.config import DELIVERY_MODES, RECOVERY_MODES, ConfigError, TransportConfig
 from transport.core.congestion import CONTROLLERS
 from transport.core.paths import POLICIES
-from transport.core.policy_plugin import add_path_policy_argument
 from transport.io.endpoint import (
     DEFAULT_BASE_PORT,
     DEFAULT_PORT,

@@ -7,9 +7,8 @@ from typing import Any
 
 from experiments import analysis
 from experiments.arms import base
-from experiments.endpoints import command_line
+from experiments.endpoints import command_line, sender_args
 from transport.core.headers import datagram_size_for_mtu
-from transport.core.policy_plugin import sender_args
 from transport.core.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics
 from transport.io.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
 

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments import analysis
-from experiments.endpoints import command_line
+from experiments.endpoints import command_line, sender_args
 from experiments.live.layout import natural_key
 from topologies import Topology
-from transport.core.policy_plugin import sender_args
 from transport.io.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from experiments.endpoints import sender_args
 from transport.core import policy_plugin
 from transport.core.config import ConfigError, TransportConfig
 from transport.core.connection import Connection
@@ -129,8 +130,8 @@ def test_spec_is_made_absolute_and_its_class_loaded_once(tmp_path, monkeypatch):
     assert spec == f"{tmp_path / 'pol.py'}:Good"
     assert policy_plugin.load_class(spec) is policy_plugin.load_class(spec)
     assert policy_plugin.label(spec) == "Good" and policy_plugin.label("spray") == "spray"
-    assert policy_plugin.sender_args(spec) == ["--path-policy", spec]
-    assert policy_plugin.sender_args("adaptive") == ["--policy", "adaptive"]
+    assert sender_args(spec) == ["--path-policy", spec]
+    assert sender_args("adaptive") == ["--policy", "adaptive"]
 
 
 def test_config_takes_a_spec_and_still_refuses_unknown_names(tmp_path):

@@ -15,7 +15,6 @@ one warning naming the method and the problem, the connection carries on with a 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.util
 import json
@@ -304,32 +303,3 @@ def make_policy(name: str, num_evs: int, rng: random.Random) -> PathPolicy:
     if is_spec(name):
         return make_guarded(name, num_evs, rng)
     return make_builtin_policy(name, num_evs, rng)
-
-
-# --------------------------------------------------------------------------------------------------
-# Command line: the one definition of --path-policy for every command that takes it.
-
-
-def path_policy_arg(text: str) -> str:
-    """argparse type: a usable `FILE.py:ClassName`, as its canonical spec with an absolute path."""
-    try:
-        return check_spec(text)
-    except PolicySpecError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_path_policy_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-                             what: str = "overrides --policy") -> None:
-    """Add --path-policy FILE.py:CLASS, checked when the options are parsed, before anything starts;
-    `what` says what the command does with it."""
-    parser.add_argument(
-        "--path-policy", type=path_policy_arg, default=None, metavar="FILE.py:CLASS",
-        help="your own path policy: a class in FILE.py with the methods of transport/core/paths.py's PathPolicy "
-        f"(next_ev, on_ack, on_loss, on_timeout, state), built as CLASS(num_evs, rng); {what}. A policy "
-        "that raises, returns a bad EV or is too slow is reported once and replaced by spray for the rest "
-        "of the run")
-
-
-def sender_args(policy: str) -> list[str]:
-    """The `fabriclab srd send` (or all-reduce worker) options that select `policy`."""
-    return ["--path-policy", policy] if is_spec(policy) else ["--policy", policy]
