@@ -10,7 +10,7 @@ import sys
 import time
 
 from emulator.errors import EmulatorError
-from emulator.network import MODES, Fabric, Terminated, raise_terminated
+from emulator.network import ISOLATION_ENV, ISOLATIONS, MODES, Fabric, Terminated, raise_terminated
 from topologies import DEFAULT_SPEC, SpecError, parse_spec
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--cli", action="store_true", help="open the Mininet CLI; the fabric goes down when you exit it")
     p.add_argument("--hold", type=float, default=None, metavar="S",
                    help="tear down after S seconds instead of waiting for Ctrl-C")
+    p.add_argument("--switch-daemons", choices=ISOLATIONS, default=None,
+                   help="per-switch: each switch runs its own Open vSwitch in its own namespace, so a "
+                   "traversal costs the same in any fabric (the default on the userspace datapath); shared: "
+                   f"every switch a bridge of the system's daemon (the default on the kernel datapath). "
+                   f"Other commands follow {ISOLATION_ENV}")
     p.set_defaults(func=cmd_up)
 
     p = commands.add_parser("probe", help="send UDP packets src->dst and count how many crossed each spine",
@@ -163,7 +168,8 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 def _describe(fab: Fabric) -> str:
     lines = [f"fabric {fab.topology.name}: {len(fab.topology.switches)} switches, {len(fab.topology.hosts)} hosts, "
-             f"mode {fab.mode}, {fab.datapath} datapath, up in {fab.timings.bring_up_s:.1f} s",
+             f"mode {fab.mode}, {fab.datapath} datapath ({fab.isolation} switch daemons), "
+             f"up in {fab.timings.bring_up_s:.1f} s",
              f"controller API: {fab.api.base}"]
     for h in fab.topology.hosts:
         sw, port = fab.topology.host_switch(h.name)
@@ -175,7 +181,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     topo = parse_spec(args.topo)
     signal.signal(signal.SIGTERM, raise_terminated)
     try:
-        with Fabric(topo, mode=args.mode) as fab:
+        with Fabric(topo, mode=args.mode, isolation=args.switch_daemons) as fab:
             print(_describe(fab), flush=True)
             if args.cli:
                 from mininet.cli import CLI
