@@ -91,6 +91,12 @@ class ControllerProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    def exit_code(self) -> int | None:
+        """None while the controller runs; its exit status once it has ended (or was never started)."""
+        if self.proc is None:
+            return -1
+        return self.proc.poll()
+
     def start(self) -> None:
         cmd = [
             sys.executable, "-m", "emulator.controller",

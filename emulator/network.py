@@ -26,6 +26,7 @@ from typing import Any
 
 from emulator.control import ControllerClient, ControllerProcess
 from emulator.errors import EmulatorError
+from emulator.ovs_daemons import RECONNECT_MS
 from emulator.shaping import Impairment, InterfaceShaper, initial_shape_commands, rate_change_command, tc_batch
 from emulator.state import BRIDGE_MARK, RunState, active_runs, interface_exists
 from emulator.system import Capabilities, capabilities, require_ready
@@ -353,6 +354,7 @@ class Fabric:
         cmd = ["ovs-vsctl", "--timeout=30"]
         for s in self.topology.switches:
             cmd += ["--", "set-controller", s.name, target,
+                    "--", "set", "controller", s.name, f"max_backoff={RECONNECT_MS}",
                     "--", "set", "bridge", s.name, f"external_ids:{BRIDGE_MARK}={self.state.run_id}"]
         code, out = _root_runner(cmd)
         if code != 0:
@@ -413,6 +415,28 @@ class Fabric:
         if addr is None:
             raise EmulatorError(f"{name} is not a host")
         return addr
+
+    def controller_exit(self) -> int | None:
+        """None while the controller runs, else its exit status: the switches keep forwarding with the
+        rules they hold, but nothing reroutes around a failure and no counters are read."""
+        if self.controller is None:
+            raise EmulatorError("the fabric is not running")
+        return self.controller.exit_code()
+
+    def restart_controller(self) -> float:
+        """Start the controller again, on the same ports and socket, in the current mode; the switches
+        reconnect by themselves (within RECONNECT_MS) and get their rules again. Returns seconds to ready."""
+        if self.controller is None or self.state is None:
+            raise EmulatorError("the fabric is not running")
+        t0 = time.monotonic()
+        self.controller.stop()
+        self.controller.mode = self.mode
+        self.controller.start()
+        self.state.controller_pid = self.controller.pid
+        self.state.save()
+        self.controller.wait_listening()
+        self.controller.wait_ready(self.ready_timeout or 30.0 + 1.0 * len(self.topology.switches))
+        return time.monotonic() - t0
 
     def set_mode(self, mode: str) -> dict:
         if mode not in MODES:

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 DAEMONS = ("ovs-vswitchd", "ovsdb-server")
+# Switches look for a restarted controller every second at most (OVS backs off to 8 s by default).
+RECONNECT_MS = 1000
 
 
 def instance_dir(workdir: Path | str, switch: str) -> Path:

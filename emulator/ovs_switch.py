@@ -26,7 +26,7 @@ from typing import Any
 from mininet.node import Switch
 
 from emulator.errors import EmulatorError
-from emulator.ovs_daemons import daemon_pids, instance_dir, stop_daemons
+from emulator.ovs_daemons import RECONNECT_MS, daemon_pids, instance_dir, stop_daemons
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,8 @@ class IsolatedOVSSwitch(Switch):
         # OVS connects to a unix socket only inside its own run directory; a link there reaches the
         # controller's socket.
         link = self.dir / "controller.sock"
-        bridge += ["--", "set-controller", self.name, f"unix:{link}"]
+        bridge += ["--", "set-controller", self.name, f"unix:{link}",
+                   "--", "set", "controller", self.name, f"max_backoff={RECONNECT_MS}"]
         steps = [
             f"mkdir -p {d}",
             f"ln -sfn {shlex.quote(self.controller_socket)} {shlex.quote(str(link))}",

@@ -83,3 +83,32 @@ def test_doctor_passes_here():
     out = subprocess.run([*FABRICLAB, "doctor"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all required parts are present" in out.stdout
+
+
+def test_up_restarts_a_controller_that_dies(tmp_path):
+    """`up` notices its controller's death at once, says so, and brings it back; the switches reconnect."""
+    from emulator.state import active_runs
+
+    proc = _start_up(tmp_path)
+    try:
+        runs = [r for r in active_runs() if r.pid == proc.pid]
+        assert runs and runs[0].controller_pid
+        first = runs[0].controller_pid
+        os.kill(first, signal.SIGKILL)
+        lines = []
+        deadline = time.monotonic() + 60
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "controller back" in line or time.monotonic() > deadline:
+                break
+        text = "".join(lines)
+        assert "the controller exited" in text, text
+        assert "controller back" in text and "every switch reconnected" in text, text
+        again = [r for r in active_runs() if r.pid == proc.pid][0].controller_pid
+        assert again and again != first
+        assert proc.poll() is None, "up should keep the fabric after the restart"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert_no_leftovers()
