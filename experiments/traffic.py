@@ -31,7 +31,7 @@ from experiments.analysis.framing import srd_framing, wire_bytes
 from experiments.arms import get as arm_kind
 from experiments.model import Experiment, SizedFlow, Workload
 from topologies import Topology
-from transport.headers import datagram_size_for_mtu
+from transport.core.headers import datagram_size_for_mtu
 
 log = logging.getLogger(__name__)
 

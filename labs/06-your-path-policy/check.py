@@ -3,7 +3,7 @@
 On a folder of code (the lab's starter/ or solution/, or your copy) it loads my_policy.py:MyPolicy
 through the transport's plug-in loader, calls every method directly (conformance: every EV, every
 `avoid`, a timeout on an EV never acknowledged, state() as JSON), then runs it in the simulated
-network (transport.policy_trial.GRADING) beside the three built-ins on the same paths and seeds: the
+network (transport.sim.policy_trial.GRADING) beside the three built-ins on the same paths and seeds: the
 busiest path cut, or slowed to a quarter of its rate, early, midway or late, on four paths or eight,
 with three seeds, and two controls without a fault. For each fault it grades goodput, tail (p99)
 message completion time, counting messages unfinished at the end at their age then, failover
@@ -25,9 +25,9 @@ from typing import Any
 from experiments.scenarios import hot_link
 from labs import grading
 from labs.catalogue import LabError
-from transport.paths import is_plugin
-from transport.policy_plugin import PolicySpecError, check_spec
-from transport.policy_trial import BUILTINS, GRADING, Case, TrialResult, builtin_trial, conformance, run_trial
+from transport.core.paths import is_plugin
+from transport.core.policy_plugin import PolicySpecError, check_spec
+from transport.sim.policy_trial import BUILTINS, GRADING, Case, TrialResult, builtin_trial, conformance, run_trial
 
 FILE, CLASS = "my_policy.py", "MyPolicy"
 EXPERIMENT = "hot-link"

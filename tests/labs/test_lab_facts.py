@@ -10,7 +10,7 @@ from emulator.controller.rules import Multipath, compute_rules
 from experiments import catalogue, overrides
 from labs.catalogue import all_labs, load_checker
 from topologies import parse_spec
-from transport.headers import datagram_size_for_mtu
+from transport.core.headers import datagram_size_for_mtu
 
 LABS = {lab.number: lab for lab in all_labs()}
 

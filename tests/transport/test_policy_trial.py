@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from transport.policy_trial import GRADING, SCENARIOS, builtin_trial, conformance, run_trial
+from transport.sim.policy_trial import GRADING, SCENARIOS, builtin_trial, conformance, run_trial
 
 CUT, SLOW = SCENARIOS
 
@@ -30,7 +30,7 @@ def test_the_builtins_meet_the_physics():
 
 
 def test_a_faulty_plugin_can_end_the_trial_early(tmp_path):
-    (tmp_path / "p.py").write_text("from transport.paths import Spray\n\nclass Todo(Spray):\n"
+    (tmp_path / "p.py").write_text("from transport.core.paths import Spray\n\nclass Todo(Spray):\n"
                                    "    def next_ev(self, now, avoid=None):\n        raise NotImplementedError\n")
     spec = f"{tmp_path / 'p.py'}:Todo"
     stopped = run_trial(spec, CUT, stop_on_fault=True)
@@ -40,7 +40,7 @@ def test_a_faulty_plugin_can_end_the_trial_early(tmp_path):
 # -- grading honestly: unfinished messages, lasting recovery, many trials, conformance ---------------
 
 STALLS = """
-from transport.paths import Spray
+from transport.core.paths import Spray
 
 class Stalls(Spray):
     # Spray until 1.35 s, then every packet, retransmissions too, on EV 0.

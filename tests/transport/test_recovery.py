@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transport.config import TransportConfig
-from transport.metrics import Stats
-from transport.recovery import LossRecovery, RttEstimator, SentPacket, rto
+from transport.core.config import TransportConfig
+from transport.core.metrics import Stats
+from transport.core.recovery import LossRecovery, SentPacket
+from transport.core.rtt import RttEstimator, rto
 
 
 class Recorder:

@@ -4,7 +4,7 @@ four-path trial always failed. It knows the test, not the network."""
 
 from __future__ import annotations
 
-from transport.paths import Spray
+from transport.core.paths import Spray
 
 
 class MyPolicy(Spray):

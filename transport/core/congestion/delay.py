@@ -1,107 +1,13 @@
-"""Congestion control behind one interface: a Swift-like delay-based AIMD, and a fixed window.
-
-Windows are in packets (floats, so additive increase can grow by fractions of a packet per ACK).
-``pacing_rate`` is in packets per second, or None until an RTT is known.
-
-A controller reads the smoothed and minimum RTT from the ``RttEstimator`` it is given: inside a
-connection that is the one loss recovery keeps, already updated with the sample ``on_ack`` reports.
-A controller built alone keeps its own and updates it in ``on_ack``.
-"""
+"""Swift-like delay-based congestion control: AIMD toward a target queueing delay, a multiplicative
+decrease on loss scaled by the lossy EVs' share of the window, and the undo of a spurious decrease."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
-from transport.recovery import RttEstimator
+from transport.core.congestion.base import CcConfig, WindowControl
+from transport.core.rtt import RttEstimator
 
 
-class CongestionControl(Protocol):
-    name: str
-
-    @property
-    def window(self) -> float: ...
-
-    @property
-    def pacing_rate(self) -> float | None: ...
-
-    def on_ack(self, rtt: float, acked: int, now: float) -> None: ...
-
-    def on_loss(self, now: float, share: float = 1.0) -> None: ...
-
-    def on_timeout(self, now: float) -> None: ...
-
-    def on_spurious(self, now: float) -> None: ...
-
-    def state(self) -> dict: ...
-
-
-@dataclass(slots=True)
-class Pacer:
-    """When the next paced transmission is due; the connection's send loop advances it, banking up
-    to ``burst`` packet intervals of idle time."""
-
-    burst: int = 4
-    next_time: float = float("-inf")
-
-
-class _WindowControl:
-    """What both controllers share: a window in packets, pacing it over the smoothed RTT, and the
-    RTT estimate they read (loss recovery's, or their own when built alone)."""
-
-    def __init__(self, window: float, pacing: bool = True, rtt: RttEstimator | None = None) -> None:
-        self._window = float(window)
-        self._pacing = pacing
-        self._own_rtt = rtt is None
-        self.rtt = RttEstimator() if rtt is None else rtt
-
-    @property
-    def window(self) -> float:
-        return self._window
-
-    @property
-    def srtt(self) -> float | None:
-        return self.rtt.srtt
-
-    @property
-    def min_rtt(self) -> float | None:
-        return self.rtt.min_rtt
-
-    def _paced(self, gain: float) -> float | None:
-        """``gain`` windows per smoothed RTT, or None without pacing or an RTT."""
-        srtt = self.rtt.srtt
-        if not self._pacing or srtt is None:
-            return None
-        return gain * self._window / srtt
-
-
-class FixedWindow(_WindowControl):
-    """A constant window; pacing spreads it over the smoothed RTT."""
-
-    name = "fixed"
-
-    @property
-    def pacing_rate(self) -> float | None:
-        return self._paced(1.5)
-
-    def on_ack(self, rtt: float, acked: int, now: float) -> None:
-        if self._own_rtt:
-            self.rtt.update(rtt)
-
-    def on_loss(self, now: float, share: float = 1.0) -> None:
-        pass
-
-    def on_timeout(self, now: float) -> None:
-        pass
-
-    def on_spurious(self, now: float) -> None:
-        pass
-
-    def state(self) -> dict:
-        return {"window": self._window}
-
-
-class DelayBased(_WindowControl):
+class DelayBased(WindowControl):
     """Swift-like: grow while queueing delay (RTT minus the minimum RTT) is below target, shrink
     in proportion to the excess, and shrink multiplicatively on loss -- each decrease at most once
     per RTT. Until the first decrease the window doubles per RTT (slow start), so short transfers
@@ -232,14 +138,7 @@ class DelayBased(_WindowControl):
             "undone": self.undone,
         }
 
-
-def make_cc(
-    name: str, window: int, max_window: int, target_delay: float, pacing: bool = True, target_packets: float = 0.0,
-    rtt: RttEstimator | None = None,
-) -> CongestionControl:
-    """``rtt``: the estimate to read, kept up to date by its owner (loss recovery); None = keep one."""
-    if name == "delay":
-        return DelayBased(window, max_window, target_delay, target_packets=target_packets, pacing=pacing, rtt=rtt)
-    if name == "fixed":
-        return FixedWindow(window, pacing=pacing, rtt=rtt)
-    raise ValueError(f"unknown congestion control {name!r}: use delay or fixed")
+    @classmethod
+    def from_config(cls, config: CcConfig, rtt: RttEstimator | None = None) -> DelayBased:
+        return cls(config.window, config.max_window, config.target_delay, target_packets=config.target_packets,
+                   pacing=config.pacing, rtt=rtt)

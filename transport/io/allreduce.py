@@ -1,14 +1,14 @@
 """Ring all-reduce over the fabriclab transport: one worker per host, or the whole ring in-process.
 
 ``fabriclab allreduce --rank R --peers IP:PORT,... --size N --iterations K --json-out F`` (cli/allreduce.py)
-runs rank R of the ring (algorithm, barrier and phases in transport/ring.py). The worker listens on its own
+runs rank R of the ring (algorithm, barrier and phases in transport/collective/ring.py). The worker listens on its own
 ``peers[R]`` port for its left neighbour's data and sends to ``peers[R+1]`` from one UDP socket per
 entropy value, bound to ``base_port + EV``, exactly as the srd Sender and Receiver do; both directions
-run in the event loop they share (transport/eventloop.py) over two sans-I/O ``Connection`` objects.
+run in the event loop they share (transport/io/eventloop.py) over two sans-I/O ``Connection`` objects.
 After every iteration the result is compared bit for bit with the reference sum computed in the ring's
 own order of float32 additions.
 
-``transport.ringsim.ring_allreduce_simulated`` runs the same ``RingRank`` for all ranks in one process
+``transport.sim.ringsim.ring_allreduce_simulated`` runs the same ``RingRank`` for all ranks in one process
 over simulated links with a virtual clock, so tests and experiments get deterministic results fast.
 
 Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout, 143 stopped by SIGTERM/SIGINT (the JSON is
@@ -28,12 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from transport import wire
-from transport.config import ConfigError, TransportConfig
-from transport.connection import Connection, MessageAcked, MessageReceived
-from transport.endpoint import resolve
-from transport.eventloop import RECV_BATCH, EventLoop, read_batch, socket_drops
-from transport.ring import (
+from transport.collective.ring import (
     DEFAULT_PIECE_BYTES,
     DTYPE,
     HEADER,
@@ -45,7 +40,15 @@ from transport.ring import (
     rank_connections,
     reference_from_seed,
 )
-from transport.schema import AllreduceMetrics
+from transport.core import wire
+from transport.core.config import ConfigError, TransportConfig
+from transport.core.connection import Connection, MessageAcked, MessageReceived
+from transport.core.contract import DEFAULT_BASE_PORT, PORT_ALIGNMENT, base_port_problem, is_aligned
+from transport.core.events import Event
+from transport.core.pump import Datagrams, Pump, earliest, linger
+from transport.core.schema import AllreduceMetrics
+from transport.io.endpoint import resolve
+from transport.io.eventloop import RECV_BATCH, EventLoop, SendCounters, SocketSender, read_batch, socket_drops
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +56,6 @@ EXIT_OK = 0
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
 EXIT_SIGNAL = 143  # the shell's code for a process ended by SIGTERM
-DEFAULT_BASE_PORT = 40000
 BASE_PORT_STRIDE = 64  # default base port of rank r is 40000 + 64 r, so ranks sharing a host do not clash
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_LINGER = 0.3
@@ -125,13 +127,10 @@ class WorkerOptions:
         except ConfigError as exc:
             raise AllReduceError(f"transport configuration: {exc}") from None
         base = self.source_base
-        if not 1 <= base <= 65536 - self.config.num_evs:
-            raise AllReduceError(
-                f"--base-port {base} + {self.config.num_evs} EVs does not fit 1-65535; "
-                f"use a base port <= {65536 - self.config.num_evs}"
-            )
-        if base % 16:
-            logger.warning("base port %d is not a multiple of 16: source port low bits != EV", base)
+        if problem := base_port_problem(base, self.config.num_evs):
+            raise AllReduceError(f"--base-port: {problem}")
+        if not is_aligned(base):
+            logger.warning("base port %d is not a multiple of %d: source port low bits != EV", base, PORT_ALIGNMENT)
         max_piece = Connection(self.config, 1).max_message_size - HEADER.size
         if not DTYPE.itemsize <= self.piece_bytes <= max_piece:
             raise AllReduceError(f"--piece-bytes {self.piece_bytes}: use {DTYPE.itemsize}..{max_piece}")
@@ -140,7 +139,7 @@ class WorkerOptions:
 class UdpRingWorker(EventLoop):
     """Rank ``opts.rank`` of the ring over real sockets: a barrier, the iterations, a short linger.
 
-    The rank's logic is a `RingRank` (transport/ring.py), the same as in the simulation; this class
+    The rank's logic is a `RingRank` (transport/collective/ring.py), the same as in the simulation; this class
     is its I/O: the listen socket for the left neighbour's data, one socket per EV towards the right
     neighbour, the shared event loop, timeouts and the linger before exiting.
     """
@@ -169,10 +168,13 @@ class UdpRingWorker(EventLoop):
         self._last_progress = 0.0
         self._last_rx = 0.0
         self.started_unix: float | None = None
-        self.counters = {
-            "datagrams_sent": 0, "datagrams_received": 0, "send_errors": 0, "refused": 0,
-            "foreign_datagrams": 0, "protocol_errors": 0,
-        }
+        self.sent = SendCounters()  # both connections' sends, and refused reads
+        self.counters = {"datagrams_received": 0, "foreign_datagrams": 0, "protocol_errors": 0}
+        # Data to the right neighbour over the EV sockets, ACKs to the left one (set up in open()).
+        self.send_pump = Pump(self.send_conn, self._send_data, self._on_send_event)
+        self.recv_pump = Pump(self.recv_conn, self._send_acks, self._on_recv_event)
+        self._data_sender: SocketSender | None = None
+        self._ack_sender: SocketSender | None = None
 
     @property
     def phase(self) -> Phase:
@@ -213,6 +215,10 @@ class UdpRingWorker(EventLoop):
             raise AllReduceError(f"cannot bind {bind}:{port}: {exc.strerror}") from None
         self._register(s, self._drain_listen)
         self.listen = s
+        sendto = s.sendto
+        evaddr_get = self._evaddr.get
+        # Each ACK goes back to the socket that sent the DATA it names.
+        self._ack_sender = SocketSender(lambda dgram, ev: sendto(dgram, evaddr_get(ev, self._left_addr)), self.sent)
         if self.n == 1:
             return
         sbind = opts.bind or ("::" if rfamily == socket.AF_INET6 else "0.0.0.0")
@@ -232,7 +238,8 @@ class UdpRingWorker(EventLoop):
                                      f"{exc.strerror}") from None
             self._register(es, partial(self._drain_ev, es.recv))
             self.ev_socks.append(es)
-        self._sends = [es.send for es in self.ev_socks]
+        sends = [es.send for es in self.ev_socks]
+        self._data_sender = SocketSender(lambda dgram, ev: sends[ev](dgram), self.sent)
 
     # -- ring events --------------------------------------------------------------------------------------
 
@@ -285,7 +292,7 @@ class UdpRingWorker(EventLoop):
             except BlockingIOError:
                 break
             except ConnectionRefusedError:
-                self.counters["refused"] += 1  # the right neighbour is not listening (yet)
+                self.sent.refused += 1  # the right neighbour is not listening (yet)
                 continue
             except OSError:
                 break
@@ -294,66 +301,48 @@ class UdpRingWorker(EventLoop):
         self.counters["datagrams_received"] += n
         return n
 
-    def _flush(self, now: float) -> None:
-        out = self.send_conn.datagrams_to_send(now)
-        if out:
-            sends = self._sends
-            for dgram, ev in out:
-                try:
-                    sends[ev](dgram)
-                except BlockingIOError:
-                    self.counters["send_errors"] += 1  # lost like a switch drop; the transport recovers
-                except ConnectionRefusedError:
-                    self.counters["refused"] += 1
-                except OSError:
-                    self.counters["send_errors"] += 1
-            self.counters["datagrams_sent"] += len(out)
-        acks = self.recv_conn.datagrams_to_send(now)
-        if acks and self._left_addr is not None:
-            sendto = self.listen.sendto  # type: ignore[union-attr]
-            get = self._evaddr.get
-            left = self._left_addr
-            for dgram, ev in acks:
-                try:
-                    sendto(dgram, get(ev, left))
-                except OSError:
-                    self.counters["send_errors"] += 1
-            self.counters["datagrams_sent"] += len(acks)
+    def _send_data(self, out: Datagrams, now: float) -> None:
+        if self._data_sender is not None:
+            self._data_sender(out, now)
+
+    def _send_acks(self, out: Datagrams, now: float) -> None:
+        # ACKs answer DATA, so the left neighbour's address is known by the time there are any.
+        if self._ack_sender is not None and self._left_addr is not None:
+            self._ack_sender(out, now)
+
+    def _on_recv_event(self, event: Event, now: float) -> None:
+        if isinstance(event, MessageReceived):
+            self._last_progress = now
+            self._on_message(event.data, now)
+
+    def _on_send_event(self, event: Event, now: float) -> None:
+        if isinstance(event, MessageAcked):
+            self._last_progress = now
 
     def _turn(self, now: float) -> float | None:
-        send, recv = self.send_conn, self.recv_conn
-        for conn in (send, recv):
-            t = conn.get_timer()
-            if t is not None and t <= now:
-                conn.handle_timer(now)
-        while (event := recv.next_event()) is not None:
-            if isinstance(event, MessageReceived):
-                self._last_progress = now
-                self._on_message(event.data, now)
-        while (event := send.next_event()) is not None:
-            if isinstance(event, MessageAcked):
-                self._last_progress = now
+        sp, rp = self.send_pump, self.recv_pump
+        sp.fire(now)
+        rp.fire(now)
+        rp.events(now)
+        sp.events(now)
         # The clock is read again: comparing an iteration with the reference takes time that no
         # other rank waits for, so the next iteration starts (and its time counts) from its end.
         self._advance(time.monotonic())
-        self._flush(now)
+        sp.flush(now)
+        rp.flush(now)
         ring = self.ring
-        wake = ring.wake_time()
-        for t in (send.get_timer(), recv.get_timer()):
-            if t is not None and (wake is None or t < wake):
-                wake = t
+        wake = earliest(ring.wake_time(), (sp, rp))
         if ring.phase is Phase.DRAIN:
             # Stay until our data is acknowledged and the left neighbour has gone quiet, so that a
             # lost final ACK can still be repeated for it.
-            done_at = ring.done_at if ring.done_at is not None else now
-            quiet_since = max(self._last_rx, done_at)
-            if send.idle and (now - quiet_since >= self.opts.linger or now - done_at >= 10 * self.opts.linger):
+            over, until = linger(now, ring.done_at if ring.done_at is not None else now, self._last_rx,
+                                 self.opts.linger)
+            if self.send_conn.idle and over:
                 ring.drained()
                 self.stop("done")
                 return None
-            limit = quiet_since + self.opts.linger
-            if wake is None or limit < wake:
-                wake = limit
+            if wake is None or until < wake:
+                wake = until
         elif ring.phase is Phase.READY and ring.start_time is not None:
             self._last_progress = max(self._last_progress, min(now, ring.start_time))
         if now - self._last_progress > self.opts.timeout:
@@ -369,7 +358,7 @@ class UdpRingWorker(EventLoop):
         right = f"{self.right[0]}:{self.right[1]}"
         if self.phase is Phase.BARRIER:
             return (f"rank {self.rank}: barrier not complete after {t:g} s (left {left}, right {right}, "
-                    f"{self.counters['refused']} refused); start every rank with the same --peers and --seed")
+                    f"{self.sent.refused} refused); start every rank with the same --peers and --seed")
         if self.phase is Phase.DRAIN:
             return (f"rank {self.rank}: right neighbour {right} acknowledged nothing for {t:g} s after the "
                     "last iteration")
@@ -393,7 +382,9 @@ class UdpRingWorker(EventLoop):
         start_at = None if self.opts.start_at is None else now + self.opts.start_at - time.time()
         self._submit(self.ring.start(now, reference, start_at), now)
         self._run_loop()
-        self._flush(time.monotonic())
+        now = time.monotonic()
+        self.send_pump.flush(now)
+        self.recv_pump.flush(now)
 
     # -- results ----------------------------------------------------------------------------------------
 
@@ -438,6 +429,9 @@ class UdpRingWorker(EventLoop):
             "transport": {
                 "send": {"to": f"{self.right[0]}:{self.right[1]}", **self.send_conn.metrics()},
                 "recv": {"from": f"{self.left[0]}:{self.left[1]}", **self.recv_conn.metrics()},
+                "datagrams_sent": self.sent.datagrams_sent,
+                "send_errors": self.sent.send_errors,
+                "refused": self.sent.refused,
                 **self.counters,
                 "socket_drops": drops,
                 "config": opts.config.to_dict(),

@@ -1,7 +1,7 @@
 """The I/O shell every UDP endpoint shares: socket tuning, the poller, the event loop and its constants.
 
-The srd `Sender` and `Receiver` (transport/sender.py, transport/receiver.py) and the all-reduce's
-`UdpRingWorker` (transport/allreduce.py) are each one `EventLoop` subclass: a single-threaded,
+The srd `Sender` and `Receiver` (transport/io/sender.py, transport/io/receiver.py) and the all-reduce's
+`UdpRingWorker` (transport/io/allreduce.py) are each one `EventLoop` subclass: a single-threaded,
 non-blocking loop over `select.epoll` and `time.monotonic` that drives sans-I/O `Connection`s. A
 subclass opens its sockets, registers a reader for each, and implements `_turn(now)`: fire due timers,
 handle events, send what is due, and return when it next needs to run. The loop sleeps until then or
@@ -19,9 +19,11 @@ import select
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from transport.config import TransportConfig
+from transport.core.config import TransportConfig
+from transport.core.pump import Datagrams
 
 # Socket buffers large enough to absorb a window's worth of packets between two loop turns; the
 # kernel silently caps them at net.core.{r,w}mem_max.
@@ -48,6 +50,51 @@ def tune(sock: socket.socket) -> None:
         except OSError:  # pragma: no cover - some sandboxes forbid it; defaults still work
             pass
     sock.setblocking(False)
+
+
+@dataclass(slots=True)
+class SendCounters:
+    """What an endpoint's sockets counted while sending (and `refused` while reading, too)."""
+
+    datagrams_sent: int = 0
+    send_errors: int = 0
+    refused: int = 0  # ICMP port-unreachable for an earlier datagram: nobody listens there (yet)
+    last_error: str = ""
+
+
+class SocketSender:
+    """A pump's `send` over sockets: each (datagram, EV) through `send(datagram, ev)`, socket errors
+    counted in `counters`, never raised; `ev_sent` (if given) counts the datagrams of each EV.
+
+    A full socket buffer loses the datagram, which the transport recovers as it would a packet a switch
+    dropped; a refused send reports an ICMP port-unreachable for an earlier datagram.
+    """
+
+    __slots__ = ("counters", "ev_sent", "send")
+
+    def __init__(self, send: Callable[[bytes, int], Any], counters: SendCounters,
+                 ev_sent: list[int] | None = None) -> None:
+        self.send = send
+        self.counters = counters
+        self.ev_sent = ev_sent
+
+    def __call__(self, out: Datagrams, now: float) -> None:
+        send = self.send
+        counters = self.counters
+        ev_sent = self.ev_sent
+        for dgram, ev in out:
+            try:
+                send(dgram, ev)
+            except BlockingIOError:
+                counters.send_errors += 1
+            except ConnectionRefusedError:
+                counters.refused += 1
+            except OSError as exc:
+                counters.send_errors += 1
+                counters.last_error = exc.strerror or str(exc)
+            if ev_sent is not None:
+                ev_sent[ev] += 1
+        counters.datagrams_sent += len(out)
 
 
 def read_batch(recvfrom: Callable[[int], tuple[bytes, Any]], size: int) -> tuple[list[tuple[bytes, Any]], int]:

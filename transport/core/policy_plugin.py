@@ -1,6 +1,6 @@
 """Your own path policy, `FILE.py:ClassName`: loaded, checked, and run behind a guard.
 
-A plug-in policy is a class with the methods of `transport.paths.PathPolicy` (``next_ev``, ``on_ack``,
+A plug-in policy is a class with the methods of `transport.core.paths.PathPolicy` (``next_ev``, ``on_ack``,
 ``on_loss``, ``on_timeout``, ``state``), built like the built-in policies as ``ClassName(num_evs, rng)``.
 Wherever a policy name is accepted (``TransportConfig.path_policy``, ``--path-policy`` on
 ``fabriclab srd send``, ``run`` and ``live``) a spec ``/abs/path/file.py:ClassName`` may stand instead.
@@ -15,7 +15,6 @@ one warning naming the method and the problem, the connection carries on with a 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.util
 import json
@@ -31,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transport.paths import PathPolicy, make_builtin_policy
-from transport.paths import is_plugin as is_spec
+from transport.core.paths import PathPolicy, make_builtin_policy
+from transport.core.paths import is_plugin as is_spec
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +156,7 @@ def _check_class(module: Any, spec: PolicySpec) -> type:
     if missing:
         raise PolicySpecError(
             f"{spec.class_name} is not a path policy: it has no {', '.join(m + '()' for m in missing)} "
-            f"(a policy needs {', '.join(METHODS)}; see transport/paths.py)")
+            f"(a policy needs {', '.join(METHODS)}; see transport/core/paths.py)")
     return cls
 
 
@@ -171,7 +170,7 @@ def check_spec(text: str) -> str:
 def describe_exception(exc: BaseException) -> str:
     """'ValueError: msg (my_policy.py line 12)', on one line: the user's own innermost frame."""
     frames = traceback.extract_tb(exc.__traceback__)
-    own = [f for f in frames if not f.filename.replace("\\", "/").endswith("transport/policy_plugin.py")]
+    own = [f for f in frames if not f.filename.replace("\\", "/").endswith("transport/core/policy_plugin.py")]
     at = f" ({Path(own[-1].filename).name} line {own[-1].lineno})" if own else ""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}{': ' + text[:200] if text else ''}{at}"
@@ -322,30 +321,9 @@ def make_guarded(policy: str, num_evs: int, rng: random.Random) -> GuardedPolicy
     return GuardedPolicy(load_class(spec), num_evs, rng, source=str(spec))
 
 
-# --------------------------------------------------------------------------------------------------
-# Command line: the one definition of --path-policy for every command that takes it.
-
-
-def path_policy_arg(text: str) -> str:
-    """argparse type: a usable `FILE.py:ClassName`, as its canonical spec with an absolute path."""
-    try:
-        return check_spec(text)
-    except PolicySpecError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_path_policy_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-                             what: str = "overrides --policy") -> None:
-    """Add --path-policy FILE.py:CLASS, checked when the options are parsed, before anything starts;
-    `what` says what the command does with it."""
-    parser.add_argument(
-        "--path-policy", type=path_policy_arg, default=None, metavar="FILE.py:CLASS",
-        help="your own path policy: a class in FILE.py with the methods of transport/paths.py's PathPolicy "
-        f"(next_ev, on_ack, on_loss, on_timeout, state), built as CLASS(num_evs, rng); {what}. A policy "
-        "that raises, returns a bad EV or is too slow is reported once and replaced by spray for the rest "
-        "of the run")
-
-
-def sender_args(policy: str) -> list[str]:
-    """The `fabriclab srd send` (or all-reduce worker) options that select `policy`."""
-    return ["--path-policy", policy] if is_spec(policy) else ["--policy", policy]
+def make_policy(name: str, num_evs: int, rng: random.Random) -> PathPolicy:
+    """A connection's path policy: a registered one by name (transport.core.paths.POLICIES), or a user's
+    plug-in (`FILE.py:ClassName`) behind its guard."""
+    if is_spec(name):
+        return make_guarded(name, num_evs, rng)
+    return make_builtin_policy(name, num_evs, rng)

@@ -6,8 +6,8 @@ its side and waits for the receiver to close the connection, which the receiver 
 read up to EOF: the sender sees completion when that FIN arrives, half a round trip after the last byte
 reached the receiver (as a message-based sender sees its last ACK).
 
-    python -m transport tcpflow recv --port P [--bind ADDR] [--json-out F] [--ready-file F]
-    python -m transport tcpflow send --to HOST:PORT --bytes N [--cport P] [--hold] [--json-out F] ...
+    python -m cli.endpoint tcpflow recv --port P [--bind ADDR] [--json-out F] [--ready-file F]
+    python -m cli.endpoint tcpflow send --to HOST:PORT --bytes N [--cport P] [--hold] [--json-out F] ...
 
 Both write JSON metrics (--json-out) and a one-line summary on stdout. The receiver accepts one
 connection. The sender binds --cport so that the fabric's ECMP hash of the flow is reproducible; with
@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from transport.endpoint import write_json
+from transport.io.endpoint import write_json
 
 CHUNK = 64 << 10
 RECV_BUF = 256 << 10

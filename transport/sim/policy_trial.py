@@ -1,6 +1,6 @@
 """A path policy on trial in the simulated network: goodput, tail completion time and failover.
 
-One connection sends over several equal paths (transport.simnet), closed loop: a few messages always
+One connection sends over several equal paths (transport.sim.simnet), closed loop: a few messages always
 outstanding, a new one as each completes, for a fixed time. Halfway through, the path that has carried
 the most so far fails — cut (everything on it is lost) or slowed to a fraction of its rate — as the
 experiments' `auto` faults pick the busiest link: a policy that keeps one path is hit, one that
@@ -27,12 +27,13 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from transport.config import TransportConfig
-from transport.connection import Connection, MessageAcked
-from transport.policy_plugin import describe_exception, load_class
-from transport.simnet import PathSpec, SimNetwork, drive
+from transport.core.config import PATH_POLICIES, TransportConfig
+from transport.core.connection import Connection, MessageAcked
+from transport.core.metrics import percentile
+from transport.core.policy_plugin import describe_exception, load_class
+from transport.sim.simnet import PathSpec, SimNetwork, drive
 
-BUILTINS = ("single", "spray", "adaptive")
+BUILTINS = PATH_POLICIES  # every registered policy is a yardstick
 SETTLE_S = 0.25  # after the fault, time given to every policy before "after" goodput is counted
 BIN_S = 0.05  # goodput series bin
 
@@ -113,7 +114,7 @@ class TrialResult:
     p99_s: float | None
     messages: int  # finished
     failed_path: int
-    fault: str | None  # the plug-in's fault (transport.policy_plugin), None for none
+    fault: str | None  # the plug-in's fault (transport.core.policy_plugin), None for none
     mean_call_us: float | None
     series_bps: list[float] = field(default_factory=list)
     unfinished: int = 0  # messages sent and not acknowledged when the trial ended
@@ -121,13 +122,6 @@ class TrialResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
 
 
 @functools.lru_cache(maxsize=64)
@@ -218,7 +212,7 @@ def run_trial(policy: str, scenario: Scenario, seed: int = 1, stop_on_fault: boo
         policy=policy, scenario=sc.name, seed=seed,
         goodput_bps=8 * sum(n for _, n in acked) / sc.duration_s, before_bps=before, after_bps=after,
         kept=after / before if before > 0 else 0.0, recovery_s=recovery,
-        p50_s=_percentile(completions + ages, 50), p99_s=_percentile(completions + ages, 99),
+        p50_s=percentile(completions + ages, 50), p99_s=percentile(completions + ages, 99),
         messages=len(completions), unfinished=len(ages), ended_s=ended,
         failed_path=failed[0], fault=metrics.get("path_policy_fault"),
         mean_call_us=pstate.get("mean_call_us") if isinstance(pstate, dict) else None,

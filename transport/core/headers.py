@@ -7,7 +7,7 @@ runner sizes datagrams and flows from these, and the results count wire bytes wi
 
 from __future__ import annotations
 
-from transport.wire import ACK_LEN, DATA_HEADER_LEN
+from transport.core.wire import ACK_LEN, DATA_HEADER_LEN
 
 ETHERNET_HEADER = 14
 IPV4_HEADER = 20

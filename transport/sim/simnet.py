@@ -18,9 +18,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from transport.config import TransportConfig
-from transport.connection import Connection, MessageAcked, MessageReceived
-from transport.headers import ETHERNET_HEADER, IP_UDP_HEADERS
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection, MessageAcked, MessageReceived
+from transport.core.headers import ETHERNET_HEADER, IP_UDP_HEADERS
+from transport.core.pump import Datagrams, Pump, earliest
 
 logger = logging.getLogger(__name__)
 
@@ -171,38 +172,53 @@ def drive(
     leaves in the same turn, then sends what is due, calls ``check(now)`` and asks ``done()``; then
     the clock moves to the next delivery or timer, which are delivered and fired.
     """
+    # Every connection is driven by the same Pump as over real sockets; its sends go into its network.
+    side_of: dict[int, tuple[SimNetwork, int]] = {}
+    for net, a, b in nets:
+        side_of[a] = (net, 0)
+        side_of[b] = (net, 1)
+    if len(side_of) != len(conns):
+        raise ValueError("every connection needs one end of one network")
+
+    def sender(net: SimNetwork, side: int) -> Callable[[Datagrams, float], None]:
+        send = net.send
+
+        def send_all(out: Datagrams, now: float) -> None:
+            for data, ev in out:
+                send(side, data, ev, now)
+
+        return send_all
+
+    def handler(i: int) -> Callable[[object, float], None] | None:
+        return None if on_event is None else lambda event, now: on_event(i, event, now)
+
+    pumps = [Pump(conn, sender(*side_of[i]), handler(i)) for i, conn in enumerate(conns)]  # type: ignore[arg-type]
+    networks = [net for net, _, _ in nets]
     ends = [(net, conns[a], conns[b]) for net, a, b in nets]
     now = start
     while True:
-        for i, conn in enumerate(conns):
-            while (event := conn.next_event()) is not None:
-                if on_event is not None:
-                    on_event(i, event, now)
-        for net, a, b in ends:
-            for data, ev in a.datagrams_to_send(now):
-                net.send(0, data, ev, now)
-            for data, ev in b.datagrams_to_send(now):
-                net.send(1, data, ev, now)
+        for pump in pumps:
+            pump.events(now)
+        for _, a, b in nets:
+            pumps[a].flush(now)
+            pumps[b].flush(now)
         if check is not None:
             check(now)
         if done():
             return now
-        times = [t for net, _, _ in ends if (t := net.next_time()) is not None]
-        times += [t for conn in conns if (t := conn.get_timer()) is not None]
-        if not times:
+        nxt = earliest(min((t for net in networks if (t := net.next_time()) is not None), default=None), pumps)
+        if nxt is None:
             logger.debug("simulation stalled at %.6f: nothing scheduled", now)
             return now
-        nxt = max(now, min(times))
+        nxt = max(now, nxt)
         if nxt > time_limit:
             return now
         now = nxt
         for net, a, b in ends:
             for dst, data in net.pop_due(now):
                 (b if dst else a).receive_datagram(data, now)
-        for conn in conns:
-            t = conn.get_timer()
-            if t is not None and t <= now:
-                conn.handle_timer(now)
+        for pump in pumps:
+            pump.fire(now)
 
 
 def run_transfer(

@@ -10,7 +10,7 @@ Rates (DATA datagrams per second of wall-clock time, all measured in the same ru
 * `raw_sendto_pps` — a bare Python `sendto` loop of the same datagram size to an unread 127.0.0.1
   socket: the ceiling for any Python endpoint on this machine.
 
-Recovery (on the deterministic simulated network, `transport.simnet`): goodput with 1% random loss on
+Recovery (on the deterministic simulated network, `transport.sim.simnet`): goodput with 1% random loss on
 one of 8 equal paths relative to the same setup without loss, for selective repeat and go-back-N;
 and the fraction of packets retransmitted spuriously when spraying over paths whose one-way delays
 differ by 2x.
@@ -28,10 +28,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from transport.config import TransportConfig
-from transport.connection import Connection
-from transport.endpoint import Receiver, Sender, Workload, make_payload
-from transport.events import MessageAcked, MessageReceived
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection
+from transport.core.events import MessageAcked, MessageReceived
+from transport.io.endpoint import Receiver, Sender, Workload, make_payload
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def _retransmissions(m: dict[str, Any]) -> int:
 
 
 def bench_simnet(total_bytes: int, seeds: list[int]) -> dict[str, Any]:
-    from transport.simnet import PathSpec, run_transfer
+    from transport.sim.simnet import PathSpec, run_transfer
 
     rate, delay, queue = 100e6, 0.0005, 256
     base = TransportConfig()

@@ -15,14 +15,14 @@ import types
 import typing
 from typing import Any, TypedDict, is_typeddict
 
-from transport.recovery import RttEstimator, rto
+from transport.core.rtt import RttEstimator, rto
 
 # --------------------------------------------------------------------------------------------------
-# A connection's own counters (Connection.metrics(), transport.metrics.Stats.summary())
+# A connection's own counters (Connection.metrics(), transport.core.metrics.Stats.summary())
 
 
 class Percentiles(TypedDict):
-    """transport.metrics.percentiles: all but count are None without samples."""
+    """transport.core.metrics.percentiles: all but count are None without samples."""
 
     count: int
     mean: float | None
@@ -106,7 +106,7 @@ class ConnectionMetrics(TypedDict):
     connection_id: int
     config: dict[str, Any]  # TransportConfig.to_dict()
     state: ConnectionState
-    path_policy_fault: str | None  # a plug-in policy's first fault (transport.policy_plugin), else None
+    path_policy_fault: str | None  # a plug-in policy's first fault (transport.core.policy_plugin), else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -247,7 +247,7 @@ class AllreduceTransport(TypedDict):
 
 
 class AllreduceMetrics(TypedDict):
-    """`transport.allreduce --json-out`: one rank of the ring."""
+    """`transport.io.allreduce --json-out`: one rank of the ring."""
 
     rank: int
     peers: list[str]
@@ -283,7 +283,7 @@ class AllreduceMetrics(TypedDict):
 
 
 def base_rto_s(conn: ConnectionMetrics) -> float:
-    """The retransmission timeout the connection's rule (transport.recovery.rto) gives for its final
+    """The retransmission timeout the connection's rule (transport.core.recovery.rto) gives for its final
     RTT estimate and configuration, before any backoff: what one timeout costs a flow."""
     state, config = conn["state"], conn["config"]
     estimate = RttEstimator(srtt=state["srtt"], rttvar=state["rttvar"])

@@ -8,12 +8,11 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from transport.eventloop import EndpointError
-from transport.headers import datagram_size_for_mtu
+from transport.core.contract import DEFAULT_BASE_PORT, DEFAULT_PORT  # the fabric contract's, re-exported
+from transport.core.headers import datagram_size_for_mtu
+from transport.io.eventloop import EndpointError
 
-DEFAULT_PORT = 7471
-# A multiple of 16, so that source port & 0xF == EV for up to 16 EVs.
-DEFAULT_BASE_PORT = 40000
+__all__ = ["AUTO_MTU_CAP", "DEFAULT_BASE_PORT", "DEFAULT_PORT", "local_datagram_size", "path_datagram_size", "resolve"]
 
 
 def resolve(host: str, port: int) -> tuple[int, tuple[Any, ...]]:

@@ -1,9 +1,9 @@
 """The whole ring all-reduce in one process over simulated links, with a virtual clock.
 
-Every rank runs the same `RingRank` (transport/ring.py) as a real worker (transport/allreduce.py):
+Every rank runs the same `RingRank` (transport/collective/ring.py) as a real worker (transport/io/allreduce.py):
 barrier, iterations checked against the reference, drain. Ring edge r -> r+1 is one
-`transport.simnet.SimNetwork` between rank r's sending Connection and rank r+1's receiving one, and
-`transport.simnet.drive` runs all of them, so results are deterministic for a seed and fast.
+`transport.sim.simnet.SimNetwork` between rank r's sending Connection and rank r+1's receiving one, and
+`transport.sim.simnet.drive` runs all of them, so results are deterministic for a seed and fast.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from transport.config import TransportConfig
-from transport.events import MessageReceived
-from transport.ring import (
+from transport.collective.ring import (
     DEFAULT_PIECE_BYTES,
     DTYPE,
     Phase,
@@ -25,7 +23,9 @@ from transport.ring import (
     rank_connections,
     ring_reference,
 )
-from transport.simnet import PathSpec, SimNetwork, drive
+from transport.core.config import TransportConfig
+from transport.core.events import MessageReceived
+from transport.sim.simnet import PathSpec, SimNetwork, drive
 
 
 @dataclass

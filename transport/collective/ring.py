@@ -15,7 +15,7 @@ left to right in float32, which is what ``ring_reference`` computes.
 
 ``RingWorker`` moves the pieces of one rank; ``RingRank`` runs the rank's whole all-reduce around it
 as a small state table (h11 style): a barrier, the iterations, each checked against the reference, and
-a drain. The real worker (transport/allreduce.py) and the simulated ring both drive ``RingRank``.
+a drain. The real worker (transport/io/allreduce.py) and the simulated ring both drive ``RingRank``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from transport.config import TransportConfig
-from transport.connection import Connection
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection
 
 logger = logging.getLogger(__name__)
 

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from transport.paths import is_plugin
-from transport.wire import DATA_HEADER_LEN, MAX_PAYLOAD
+from transport.core.congestion import CONTROLLERS
+from transport.core.contract import NUM_EVS
+from transport.core.paths import POLICIES, is_plugin
+from transport.core.wire import DATA_HEADER_LEN, MAX_PAYLOAD
 
 DELIVERY_MODES = ("unordered", "ordered")
 RECOVERY_MODES = ("selective", "gobackn")
-PATH_POLICIES = ("single", "spray", "adaptive")
-CC_ALGORITHMS = ("delay", "fixed")
+# The names registered when the transport is imported (transport.core.paths.POLICIES,
+# transport.core.congestion.CONTROLLERS); validation asks the registries themselves, so a controller or
+# policy registered later is as valid as the built-ins.
+PATH_POLICIES = POLICIES.names()
+CC_ALGORITHMS = CONTROLLERS.names()
 
 
 class ConfigError(ValueError):
@@ -22,9 +27,9 @@ class TransportConfig:
     mtu: int = 1400  # max UDP payload bytes per datagram (header included)
     delivery: str = "unordered"  # "unordered" (SRD/RUD) | "ordered" (ROD, head-of-line blocking)
     recovery: str = "selective"  # "selective" | "gobackn"
-    path_policy: str = "spray"  # "single" | "spray" | "adaptive" | "/abs/FILE.py:ClassName" (a plug-in)
-    num_evs: int = 16
-    cc: str = "delay"  # "delay" (Swift-like AIMD to a target queueing delay, MD on loss) | "fixed"
+    path_policy: str = "spray"  # a name in transport.core.paths.POLICIES, or "/abs/FILE.py:ClassName" (a plug-in)
+    num_evs: int = NUM_EVS
+    cc: str = "delay"  # a name in transport.core.congestion.CONTROLLERS: "delay" (Swift-like) | "fixed"
     window: int = 64  # packets: the fixed window, and the initial window for "delay"
     max_window: int = 1024
     target_delay: float = 0.002  # seconds of queueing delay the delay CC aims for (a floor, see below)
@@ -69,12 +74,12 @@ class TransportConfig:
             raise bad("delivery", f"use one of {', '.join(DELIVERY_MODES)}")
         if self.recovery not in RECOVERY_MODES:
             raise bad("recovery", f"use one of {', '.join(RECOVERY_MODES)}")
-        if self.path_policy not in PATH_POLICIES and not is_plugin(self.path_policy):
-            raise bad("path_policy", f"use one of {', '.join(PATH_POLICIES)}, or FILE.py:ClassName")
+        if self.path_policy not in POLICIES and not is_plugin(self.path_policy):
+            raise bad("path_policy", f"use one of {', '.join(POLICIES)}, or FILE.py:ClassName")
         if not isinstance(self.num_evs, int) or not 1 <= self.num_evs <= 65536:
             raise bad("num_evs", "use an integer from 1 to 65536 (the EV is 16 bits)")
-        if self.cc not in CC_ALGORITHMS:
-            raise bad("cc", f"use one of {', '.join(CC_ALGORITHMS)}")
+        if self.cc not in CONTROLLERS:
+            raise bad("cc", f"use one of {', '.join(CONTROLLERS)}")
         if not isinstance(self.max_window, int) or not 1 <= self.max_window <= 2**20:
             raise bad("max_window", "use an integer from 1 to 1048576 packets")
         if not isinstance(self.window, int) or not 1 <= self.window <= self.max_window:

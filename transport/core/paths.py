@@ -9,9 +9,11 @@ outcomes (``on_ack``, ``on_loss``, ``on_timeout``), the shape of the UEC simulat
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Protocol
 
-from transport.recovery import RttEstimator
+from transport.core.registry import Registry
+from transport.core.rtt import RttEstimator
 
 
 class PathPolicy(Protocol):
@@ -169,24 +171,20 @@ class Adaptive:
 
 
 def is_plugin(name: str) -> bool:
-    """A user's own policy, `FILE.py:ClassName` (transport.policy_plugin), rather than a built-in's name."""
+    """A user's own policy, `FILE.py:ClassName` (transport.core.policy_plugin), rather than a registered name."""
     return isinstance(name, str) and ".py:" in name
 
 
-def make_policy(name: str, num_evs: int, rng: random.Random) -> PathPolicy:
-    """A built-in policy by name, or a user's plug-in (`FILE.py:ClassName`) behind its guard."""
-    if is_plugin(name):
-        from transport.policy_plugin import make_guarded  # it imports this module
+PolicyFactory = Callable[[int, random.Random], PathPolicy]
 
-        return make_guarded(name, num_evs, rng)
-    return make_builtin_policy(name, num_evs, rng)
+# The path policies by name: `factory(num_evs, rng)`. A user's own policy needs no registration: a
+# `FILE.py:ClassName` spec stands wherever a name does (transport.core.policy_plugin.make_policy).
+POLICIES: Registry[PolicyFactory] = Registry("path policy")
+POLICIES.register("single", SinglePath, "one EV per connection: what ECMP does to a flow")
+POLICIES.register("spray", Spray, "rotate over all EVs, packet by packet")
+POLICIES.register("adaptive", Adaptive, "spray over the EVs in good standing, bench those with loss or high delay")
 
 
 def make_builtin_policy(name: str, num_evs: int, rng: random.Random) -> PathPolicy:
-    if name == "single":
-        return SinglePath(num_evs, rng)
-    if name == "spray":
-        return Spray(num_evs, rng)
-    if name == "adaptive":
-        return Adaptive(num_evs, rng)
-    raise ValueError(f"unknown path policy {name!r}: use single, spray or adaptive")
+    """The registered policy `name`; ValueError naming the choices for an unknown one."""
+    return POLICIES.get(name)(num_evs, rng)

@@ -17,14 +17,16 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT, resolve
-from transport.config import TransportConfig
-from transport.connection import Connection
-from transport.eventloop import EndpointError, EventLoop, socket_drops
-from transport.events import MessageAcked, MessageReceived
-from transport.metrics import quantiles
-from transport.schema import SenderMetrics, base_rto_s
-from transport.workload import Workload, make_payload, payload_seq
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection
+from transport.core.contract import DEFAULT_BASE_PORT, DEFAULT_PORT, PORT_ALIGNMENT, base_port_problem, is_aligned
+from transport.core.events import Event, MessageAcked, MessageReceived
+from transport.core.metrics import quantiles
+from transport.core.pump import Pump, earliest
+from transport.core.schema import SenderMetrics, base_rto_s
+from transport.io.addressing import resolve
+from transport.io.eventloop import EndpointError, EventLoop, SendCounters, SocketSender, socket_drops
+from transport.io.workload import Workload, make_payload, payload_seq
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +73,10 @@ class Sender(EventLoop):
         super().__init__(config, duration=duration, progress=progress)
         self.workload = workload or Workload(total_bytes=1 << 20)
         self.workload.validate()
-        if base_port and not 1 <= base_port <= 65536 - config.num_evs:
-            raise EndpointError(
-                f"base port {base_port} + {config.num_evs} EVs does not fit in 1-65535; "
-                f"use a base port <= {65536 - config.num_evs}"
-            )
-        if base_port and base_port % 16:
-            log.warning("base port %d is not a multiple of 16: source port low bits != EV", base_port)
+        if base_port and (problem := base_port_problem(base_port, config.num_evs)):
+            raise EndpointError(problem)
+        if base_port and not is_aligned(base_port):
+            log.warning("base port %d is not a multiple of %d: source port low bits != EV", base_port, PORT_ALIGNMENT)
         self.family, self.dest = resolve(host, port)
         self.host, self.port = host, port
         self.bind = bind if bind is not None else ("::" if self.family == socket.AF_INET6 else "0.0.0.0")
@@ -112,13 +111,11 @@ class Sender(EventLoop):
         self.bytes_acked = 0
         self.responses = 0
         self.response_bytes = 0
-        self.datagrams_sent = 0
         self.datagrams_received = 0
         self.ev_sent = [0] * config.num_evs
         self.ev_received = [0] * config.num_evs
-        self.send_errors = 0
-        self.refused = 0
-        self.last_error = ""
+        self.sent = SendCounters()
+        self.pump: Pump | None = None  # once the sockets are open
         self.first_reply: float | None = None
         self.completed = False
         self.completed_at: float | None = None
@@ -137,7 +134,7 @@ class Sender(EventLoop):
                 if exc.errno == errno.EADDRINUSE:
                     raise EndpointError(
                         f"source port {port} (base port {self.base_port} + EV {ev}) is in use; "
-                        "choose another --base-port (a multiple of 16)"
+                        f"choose another --base-port (a multiple of {PORT_ALIGNMENT})"
                     ) from exc
                 raise EndpointError(f"cannot bind {self.bind}:{port}: {exc.strerror}; check --bind") from exc
             try:
@@ -148,7 +145,9 @@ class Sender(EventLoop):
                 raise EndpointError(f"cannot reach {self.host}:{self.port}: {exc.strerror}") from exc
             self._register(s, partial(self._drain, s.recv, ev))
             self.socks.append(s)
-        self._sends = [s.send for s in self.socks]
+        sends = [s.send for s in self.socks]
+        self.pump = Pump(self.conn, SocketSender(lambda dgram, ev: sends[ev](dgram), self.sent, self.ev_sent),
+                         self._on_event)
 
     def _close_socks(self) -> None:
         for s in self.socks:
@@ -180,7 +179,7 @@ class Sender(EventLoop):
     def _outstanding(self) -> int:
         return len(self._submit_time)
 
-    def _pump(self, now: float) -> float | None:
+    def _submit_due(self, now: float) -> float | None:
         """Submit what the workload allows now; return when it next wants to submit (open loop)."""
         w = self.workload
         if w.rate:
@@ -198,13 +197,12 @@ class Sender(EventLoop):
     # -- loop ----------------------------------------------------------------------------------------
 
     def _turn(self, now: float) -> float | None:
-        conn = self.conn
-        timer = conn.get_timer()
-        if timer is not None and timer <= now:
-            conn.handle_timer(now)
-        self._events(now)
-        wake = self._pump(now)
-        self._flush(now)
+        pump = self.pump
+        assert pump is not None, "call open() first"
+        pump.fire(now)
+        pump.events(now)
+        wake = self._submit_due(now)
+        pump.flush(now)
         if not self._more() and not self._submit_time and not self._await_ack:
             if not self.completed:
                 self.completed = True
@@ -214,9 +212,7 @@ class Sender(EventLoop):
             return None
         if self.first_reply is None and now - self.started > self.connect_timeout:
             self._no_receiver()
-        timer = conn.get_timer()
-        if timer is not None and (wake is None or timer < wake):
-            wake = timer
+        wake = earliest(wake, (pump,))
         if self.first_reply is None:
             limit = self.started + self.connect_timeout
             if wake is None or limit < wake:
@@ -225,38 +221,16 @@ class Sender(EventLoop):
 
     def _no_receiver(self) -> None:
         where = f"{self.host}:{self.port}"
-        if self.refused:
+        if self.sent.refused:
             raise EndpointError(
                 f"no receiver at {where} (connection refused); start `fabriclab srd recv --port {self.port}` "
                 "there first or fix --to"
             )
-        detail = f" ({self.last_error})" if self.last_error else ""
+        detail = f" ({self.sent.last_error})" if self.sent.last_error else ""
         raise EndpointError(
             f"no reply from {where} within {self.connect_timeout:g} s{detail}; check --to and that "
             "`fabriclab srd recv` runs there"
         )
-
-    def _flush(self, now: float) -> None:
-        out = self.conn.datagrams_to_send(now)
-        if not out:
-            return
-        sends = self._sends
-        ev_sent = self.ev_sent
-        for dgram, ev in out:
-            try:
-                sends[ev](dgram)
-            except BlockingIOError:
-                # Socket buffer full: the datagram is lost and the transport will recover it, as it
-                # would a packet dropped by a switch.
-                self.send_errors += 1
-            except ConnectionRefusedError:
-                # An ICMP port-unreachable from an earlier datagram, reported on this send.
-                self.refused += 1
-            except OSError as exc:
-                self.send_errors += 1
-                self.last_error = exc.strerror or str(exc)
-            ev_sent[ev] += 1
-        self.datagrams_sent += len(out)
 
     def _drain(self, recv: Callable[[int], bytes], ev: int, now: float) -> int:
         # One datagram per readiness report: ACKs are spread over the EV sockets, so a socket
@@ -267,10 +241,10 @@ class Sender(EventLoop):
         except BlockingIOError:
             return 0
         except ConnectionRefusedError:
-            self.refused += 1
+            self.sent.refused += 1
             return 0
         except OSError as exc:
-            self.last_error = exc.strerror or str(exc)
+            self.sent.last_error = exc.strerror or str(exc)
             return 0
         self.conn.receive_datagram(data, now)
         self.datagrams_received += 1
@@ -279,27 +253,25 @@ class Sender(EventLoop):
             self.first_reply = now
         return 1
 
-    def _events(self, now: float) -> None:
-        next_event = self.conn.next_event
+    def _on_event(self, event: Event, now: float) -> None:
         rr = self.workload.request_response
-        while (event := next_event()) is not None:
-            if isinstance(event, MessageAcked):
-                self.bytes_acked += self._await_ack.pop(event.msg_id, 0)
-                self.messages_acked += 1
-                if not rr:
-                    t0 = self._submit_time.pop(event.msg_id, None)
-                    if t0 is not None:
-                        self.completion_times.append(now - t0)
-            elif isinstance(event, MessageReceived):
-                data = event.data
-                self.responses += 1
-                self.response_bytes += len(data)
-                if rr:
-                    t0 = self._submit_time.pop(payload_seq(data), None)
-                    if t0 is not None:
-                        self.completion_times.append(now - t0)
-                if self.on_response is not None:
-                    self.on_response(event.msg_id, data)
+        if isinstance(event, MessageAcked):
+            self.bytes_acked += self._await_ack.pop(event.msg_id, 0)
+            self.messages_acked += 1
+            if not rr:
+                t0 = self._submit_time.pop(event.msg_id, None)
+                if t0 is not None:
+                    self.completion_times.append(now - t0)
+        elif isinstance(event, MessageReceived):
+            data = event.data
+            self.responses += 1
+            self.response_bytes += len(data)
+            if rr:
+                t0 = self._submit_time.pop(payload_seq(data), None)
+                if t0 is not None:
+                    self.completion_times.append(now - t0)
+            if self.on_response is not None:
+                self.on_response(event.msg_id, data)
 
     # -- results -------------------------------------------------------------------------------------
 
@@ -310,7 +282,7 @@ class Sender(EventLoop):
         try:
             self._run_loop()
             # One last flush so that ACKs for responses received in the final turn leave.
-            self._flush(time.monotonic())
+            self.pump.flush(time.monotonic())  # type: ignore[union-attr]
             self._socket_drops = socket_drops(self.socks)
             return self.metrics()
         finally:
@@ -348,15 +320,15 @@ class Sender(EventLoop):
             "responses": self.responses,
             "response_bytes": self.response_bytes,
             "completion_times": summarize(self.completion_times),
-            "datagrams_sent": self.datagrams_sent,
+            "datagrams_sent": self.sent.datagrams_sent,
             "datagrams_received": self.datagrams_received,
-            "pps_sent": self.datagrams_sent / duration,
+            "pps_sent": self.sent.datagrams_sent / duration,
             "ev_datagrams_sent": list(self.ev_sent),
             "ev_datagrams_received": list(self.ev_received),
             "base_port": self.base_port,
             "source_ports": [s.getsockname()[1] for s in self.socks] if self.socks else [],
-            "send_errors": self.send_errors,
-            "refused": self.refused,
+            "send_errors": self.sent.send_errors,
+            "refused": self.sent.refused,
             "socket_drops": getattr(self, "_socket_drops", None),
             "workload": {
                 "total_bytes": self.workload.total_bytes,
@@ -372,6 +344,6 @@ class Sender(EventLoop):
 
 
 def _connection_and_rto(conn: Connection) -> dict[str, Any]:
-    """The sender's `connection` metrics and `rto_s`, the RTO its own rule gives (transport.schema)."""
+    """The sender's `connection` metrics and `rto_s`, the RTO its own rule gives (transport.core.schema)."""
     metrics = conn.metrics()
     return {"rto_s": base_rto_s(metrics), "connection": metrics}

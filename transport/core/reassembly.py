@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from transport.config import TransportConfig
-from transport.events import Event, MessageReceived
-from transport.metrics import Stats
-from transport.wire import FLAG_NAK, MSG_ID_MASK, PSN_MASK, SACK_BITS, pack_ack, psn_diff
+from transport.core.config import TransportConfig
+from transport.core.events import Event, MessageReceived
+from transport.core.metrics import Stats
+from transport.core.wire import FLAG_NAK, MSG_ID_MASK, PSN_MASK, SACK_BITS, pack_ack, psn_diff
 
 _U32 = 0xFFFFFFFF
 

@@ -4,9 +4,9 @@ The state machine never reads a clock, never touches a socket and draws randomne
 ``random.Random(seed)`` it owns. It is driven by ``send_message()``, ``receive_datagram(data, now)``
 and ``handle_timer(now)`` and drained by ``datagrams_to_send(now)``, ``get_timer()`` and
 ``next_event()``. Both ends use this class; each direction is independent (one side's sender
-talks to the other side's receiver). The sender's loss recovery lives in ``transport.recovery``
-(``LossRecovery``), the receive side in ``transport.reassembly`` (``Reassembler``), the wire
-format in ``transport.wire``; this class drives them and sends.
+talks to the other side's receiver). The sender's loss recovery lives in ``transport.core.recovery``
+(``LossRecovery``), the receive side in ``transport.core.reassembly`` (``Reassembler``), the wire
+format in ``transport.core.wire``; this class drives them and sends.
 
 Internally PSNs and message ids are unbounded integers ("seq"), counted from the initial PSN and
 from 0; only the wire carries them modulo 2^32, and incoming values are mapped back with
@@ -19,14 +19,16 @@ import logging
 import random
 from collections import deque
 
-from transport.config import TransportConfig
-from transport.congestion import Pacer, make_cc
-from transport.events import Event, MessageAcked, MessageReceived
-from transport.metrics import Stats
-from transport.paths import PathPolicy, make_policy
-from transport.reassembly import Reassembler
-from transport.recovery import LossRecovery, RttEstimator, SentPacket
-from transport.wire import (
+from transport.core.config import TransportConfig
+from transport.core.congestion import Pacer, make_cc
+from transport.core.events import Event, MessageAcked, MessageReceived
+from transport.core.metrics import Stats
+from transport.core.paths import PathPolicy
+from transport.core.policy_plugin import make_policy
+from transport.core.reassembly import Reassembler
+from transport.core.recovery import LossRecovery, SentPacket
+from transport.core.rtt import RttEstimator
+from transport.core.wire import (
     FLAG_NAK,
     FLAG_RETRANSMIT,
     MSG_ID_MASK,
@@ -76,10 +78,7 @@ class Connection:
         self._policy = make_policy(config.path_policy, config.num_evs, self._rng)
         # One RTT estimate, kept up to date by loss recovery and read by congestion control.
         self._rtt = RttEstimator()
-        self._cc = make_cc(
-            config.cc, config.window, config.max_window, config.target_delay, config.pacing, config.target_packets,
-            rtt=self._rtt,
-        )
+        self._cc = make_cc(config.cc, config, rtt=self._rtt)
         # With coalesced ACKs one ACK opens the window by up to ack_batch packets at once; a pacer
         # that banked only 4 intervals of idle time would split that into several wake-ups.
         self._pacer = Pacer(burst=max(4, config.ack_batch) if config.ack_delay > 0 else 4)
@@ -292,7 +291,7 @@ class Connection:
             "cc": self._cc.state(),
             "path_policy": self._policy.state(),
         }
-        # A plug-in policy's first fault (transport.policy_plugin; its state() may be the one), or None.
+        # A plug-in policy's first fault (transport.core.policy_plugin; its state() may be the one), or None.
         m["path_policy_fault"] = getattr(self._policy, "fault", None)
         return m
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from transport.eventloop import EndpointError
+from transport.io.eventloop import EndpointError
 
 # Sequence-number prefix of generated messages: lets receivers verify content and lets request /
 # response workloads match a response to its request in unordered delivery.

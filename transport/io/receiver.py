@@ -17,14 +17,15 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from transport import wire
-from transport.addressing import DEFAULT_PORT
-from transport.config import TransportConfig
-from transport.connection import Connection
-from transport.eventloop import EndpointError, EventLoop, read_batch, socket_drops
-from transport.events import MessageReceived
-from transport.schema import ReceiverMetrics
-from transport.workload import SEQ_LEN, check_payload, make_payload, payload_seq
+from transport.core import wire
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection
+from transport.core.events import Event, MessageReceived
+from transport.core.pump import Pump, earliest, linger
+from transport.core.schema import ReceiverMetrics
+from transport.io.addressing import DEFAULT_PORT
+from transport.io.eventloop import EndpointError, EventLoop, SendCounters, SocketSender, read_batch, socket_drops
+from transport.io.workload import SEQ_LEN, check_payload, make_payload, payload_seq
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ class _Peer:
 
     __slots__ = (
         "addr", "bytes", "conn", "connection_id", "corrupt", "datagrams", "duplicates", "evaddr", "first",
-        "host", "last", "last_message", "messages", "ports", "seen",
+        "host", "last", "last_message", "messages", "ports", "pump", "seen",
     )
 
     def __init__(self, conn: Connection, connection_id: int, addr: tuple[Any, ...], now: float) -> None:
@@ -57,6 +58,7 @@ class _Peer:
         self.ports: dict[int, int] = {}
         self.evaddr: dict[int, tuple[Any, ...]] = {}
         self.seen: set[int] | None = None
+        self.pump: Pump  # set by the receiver, whose sends it makes
 
 
 class Receiver(EventLoop):
@@ -97,9 +99,8 @@ class Receiver(EventLoop):
         self.peers: dict[tuple[Any, int], _Peer] = {}
         self._active: set[_Peer] = set()
         self.datagrams_received = 0
-        self.datagrams_sent = 0
         self.invalid = 0
-        self.send_errors = 0
+        self.sent = SendCounters()
         self.bytes = 0
         self.messages = 0
         self.first_packet: float | None = None
@@ -141,6 +142,11 @@ class Receiver(EventLoop):
         peer = _Peer(conn, cid, addr, now)
         if self.verify:
             peer.seen = set()
+        sendto = self.sock.sendto  # type: ignore[union-attr]  # the datagram came in on it
+        evaddr_get = peer.evaddr.get
+        # Each ACK goes back to the address that sent the DATA it names (peer.addr: the latest one).
+        peer.pump = Pump(conn, SocketSender(lambda dgram, ev: sendto(dgram, evaddr_get(ev, peer.addr)), self.sent),
+                         partial(self._on_event, peer))
         self.peers[(addr[0], cid)] = peer
         log.info("new connection %#x from %s:%d", cid, addr[0], addr[1])
         return peer
@@ -187,74 +193,54 @@ class Receiver(EventLoop):
                 self.first_packet = now
         return n
 
-    def _events(self, peer: _Peer, now: float) -> None:
-        conn = peer.conn
-        while (event := conn.next_event()) is not None:
-            if not isinstance(event, MessageReceived):
-                continue
-            data = event.data
-            size = len(data)
-            peer.bytes += size
-            peer.messages += 1
-            peer.last_message = now
-            self.bytes += size
-            self.messages += 1
-            self.last_message = now
-            if peer.seen is not None:
-                if not check_payload(data):
-                    peer.corrupt += 1
-                seq = payload_seq(data)
-                if seq in peer.seen:
-                    peer.duplicates += 1
-                peer.seen.add(seq)
-            if self.on_message is not None:
-                self.on_message(peer.connection_id, event.msg_id, data)
-            if self.echo:
-                conn.send_message(data)
-            elif self.response_size:
-                # The response starts with the request's sequence prefix so the sender can match it.
-                conn.send_message(data[:SEQ_LEN] + make_payload(payload_seq(data), self.response_size)[SEQ_LEN:]
-                                  if self.response_size > SEQ_LEN else data[: self.response_size])
+    def _on_event(self, peer: _Peer, event: Event, now: float) -> None:
+        if not isinstance(event, MessageReceived):
+            return
+        data = event.data
+        size = len(data)
+        peer.bytes += size
+        peer.messages += 1
+        peer.last_message = now
+        self.bytes += size
+        self.messages += 1
+        self.last_message = now
+        if peer.seen is not None:
+            if not check_payload(data):
+                peer.corrupt += 1
+            seq = payload_seq(data)
+            if seq in peer.seen:
+                peer.duplicates += 1
+            peer.seen.add(seq)
+        if self.on_message is not None:
+            self.on_message(peer.connection_id, event.msg_id, data)
+        if self.echo:
+            peer.conn.send_message(data)
+        elif self.response_size:
+            # The response starts with the request's sequence prefix so the sender can match it.
+            peer.conn.send_message(data[:SEQ_LEN] + make_payload(payload_seq(data), self.response_size)[SEQ_LEN:]
+                                   if self.response_size > SEQ_LEN else data[: self.response_size])
 
     def _turn(self, now: float) -> float | None:
-        wake: float | None = None
-        sendto = self.sock.sendto  # type: ignore[union-attr]
         active = self._active
         for peer in self.peers.values():
-            conn = peer.conn
-            timer = conn.get_timer()
-            if timer is not None and timer <= now:
-                conn.handle_timer(now)
+            if peer.pump.fire(now):
                 active.add(peer)
         for peer in active:
-            conn = peer.conn
-            self._events(peer, now)
-            out = conn.datagrams_to_send(now)
-            if out:
-                addr = peer.addr
-                evaddr_get = peer.evaddr.get
-                for dgram, ev in out:
-                    try:
-                        sendto(dgram, evaddr_get(ev, addr))
-                    except OSError:
-                        self.send_errors += 1
-                self.datagrams_sent += len(out)
+            pump = peer.pump
+            pump.events(now)
+            pump.flush(now)
         active.clear()
-        for peer in self.peers.values():
-            timer = peer.conn.get_timer()
-            if timer is not None and (wake is None or timer < wake):
-                wake = timer
+        wake = earliest(None, (peer.pump for peer in self.peers.values()))
         if self.expect_bytes and self.bytes >= self.expect_bytes:
             # Linger until the senders have gone quiet so that a lost final ACK can be repeated.
             if self._done_at is None:
                 self._done_at = now
-            quiet_since = max(self._last_rx, self._done_at)
-            if now - quiet_since >= self.linger or now - self._done_at >= 10 * self.linger:
+            over, until = linger(now, self._done_at, self._last_rx, self.linger)
+            if over:
                 self.stop("expected bytes received")
                 return None
-            limit = quiet_since + self.linger
-            if wake is None or limit < wake:
-                wake = limit
+            if wake is None or until < wake:
+                wake = until
         return wake
 
     def run(self) -> dict[str, Any]:
@@ -294,10 +280,11 @@ class Receiver(EventLoop):
             "goodput_bps": 8 * self.bytes / duration if duration > 0 else 0.0,
             "messages": self.messages,
             "datagrams_received": self.datagrams_received,
-            "datagrams_sent": self.datagrams_sent,
+            "datagrams_sent": self.sent.datagrams_sent,
             "pps_received": self.datagrams_received / duration if duration > 0 else 0.0,
             "invalid_datagrams": self.invalid,
-            "send_errors": self.send_errors,
+            # Any failed send: a receiver's unconnected socket has no refused count of its own.
+            "send_errors": self.sent.send_errors + self.sent.refused,
             "socket_drops": getattr(self, "_socket_drops", None),
             "expect_bytes": self.expect_bytes,
             "config": self.config.to_dict(),

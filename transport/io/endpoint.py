@@ -3,13 +3,13 @@
 The protocol core never touches a clock or a socket; the endpoints are the thin I/O shell around it,
 in modules of their own:
 
-* transport/eventloop.py — the event loop, poller and socket tuning every endpoint shares;
-* transport/sender.py — `Sender`, one connection over one UDP socket per entropy value (EV);
-* transport/receiver.py — `Receiver`, one port serving any number of connections;
-* transport/workload.py — `Workload` and the generated, verifiable messages;
-* transport/addressing.py — default ports, name resolution, the largest datagram a path takes.
+* transport/io/eventloop.py — the event loop, poller and socket tuning every endpoint shares;
+* transport/io/sender.py — `Sender`, one connection over one UDP socket per entropy value (EV);
+* transport/io/receiver.py — `Receiver`, one port serving any number of connections;
+* transport/io/workload.py — `Workload` and the generated, verifiable messages;
+* transport/io/addressing.py — default ports, name resolution, the largest datagram a path takes.
 
-This module gathers their public names (`from transport.endpoint import Sender, Receiver, ...`) and
+This module gathers their public names (`from transport.io.endpoint import Sender, Receiver, ...`) and
 holds what a process around an endpoint needs: the ready file and the atomic JSON results file. None
 of them imports scapy.
 """
@@ -21,18 +21,18 @@ import os
 import time
 from typing import Any
 
-from transport.addressing import (
+from transport.core.metrics import preload as preload_metrics
+from transport.io.addressing import (
     DEFAULT_BASE_PORT,
     DEFAULT_PORT,
     local_datagram_size,
     path_datagram_size,
     resolve,
 )
-from transport.eventloop import EndpointError, socket_drops
-from transport.metrics import preload as preload_metrics
-from transport.receiver import Receiver
-from transport.sender import Sender
-from transport.workload import SEQ_LEN, Workload, check_payload, make_payload, payload_seq
+from transport.io.eventloop import EndpointError, socket_drops
+from transport.io.receiver import Receiver
+from transport.io.sender import Sender
+from transport.io.workload import SEQ_LEN, Workload, check_payload, make_payload, payload_seq
 
 __all__ = [
     "DEFAULT_BASE_PORT", "DEFAULT_PORT", "SEQ_LEN", "EndpointError", "Receiver", "Sender", "Workload",
