@@ -33,6 +33,9 @@ class TransportConfig:
     target_packets: float = 16.0
     ack_delay: float = 0.0  # 0 = ACK every packet; else coalesce ACKs for at most this long
     ack_batch: int = 16  # with ack_delay > 0, ACK at once when this many packets are unacknowledged
+    # The longest ACK hold a peer's report is believed up to (RFC 9002's max_ack_delay; our own
+    # ack_delay if that is longer): loss detection and the RTO wait for at most this much more.
+    max_ack_delay: float = 0.025
     rto_min: float = 0.005  # seconds (a floor suited to an emulator, far below TCP's 200 ms)
     rto_max: float = 1.0
     initial_rtt: float = 0.005  # RTT assumed until the first sample
@@ -83,6 +86,8 @@ class TransportConfig:
             raise bad("target_delay", "use a positive number of seconds, e.g. 0.002")
         if not 0 <= self.ack_delay <= 1.0:
             raise bad("ack_delay", "use 0 (ACK every packet) or a delay in seconds up to 1.0")
+        if not 0 <= self.max_ack_delay <= 1.0:
+            raise bad("max_ack_delay", "use a delay in seconds from 0 to 1.0, e.g. 0.025")
         if not 0 <= self.target_packets <= 1e6:
             raise bad("target_packets", "use a number of packets from 0 (off) upwards, e.g. 16")
         if not isinstance(self.ack_batch, int) or self.ack_batch < 1:

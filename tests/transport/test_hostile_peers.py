@@ -73,3 +73,60 @@ def test_fragments_in_any_order_reassemble_exactly() -> None:
         b.receive_datagram(d, 0.0)
     events = list(iter(b.next_event, None))
     assert [e.data for e in events if isinstance(e, MessageReceived)] == [message]
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. A forged ACK delay is believed only as far as it is plausible
+
+
+def _forged_ack(conn_id: int, psn: int, echo_ts: int, delay_us: int = 0xFFFFFFFF) -> bytes:
+    """An ACK of ``psn`` (nothing cumulative, no SACK) claiming to have been held ``delay_us``."""
+    return wire.pack_ack(0, 0, conn_id, 0, 0, 0, psn, echo_ts, delay_us, 64)
+
+
+def test_forged_ack_delay_is_clamped_to_max_ack_delay() -> None:
+    """On a 100 ms path the forged hold is below the round trip, so only the configured maximum
+    stops it: the next loss or RTO deadline stays within rto_max + max_ack_delay (it was 4,295 s)."""
+    config = TransportConfig()
+    a = Connection(config, 7, seed=1)
+    a.send_message(bytes(50_000), 0.0)
+    first = wire.decode(a.datagrams_to_send(0.0)[0][0])
+    now = 0.1
+    a.receive_datagram(_forged_ack(7, first.psn, first.timestamp), now)
+    timer = a.get_timer()
+    assert timer is not None
+    assert timer - now <= config.rto_max + config.max_ack_delay
+
+
+def test_forged_ack_does_not_stall_a_lossy_transfer() -> None:
+    """One forged ACK early in a transfer with 2 % loss: it finishes as fast as without it."""
+    from transport.simnet import PathSpec, SimNetwork, drive
+
+    def transfer(forge: bool) -> tuple[float, int, int]:
+        config = TransportConfig()
+        net = SimNetwork([PathSpec(loss=0.02) for _ in range(4)], seed=3)
+        a, b = Connection(config, 9, seed=1), Connection(config, 9, seed=2)
+        messages = [bytes(65536)] * 16
+        for m in messages:
+            a.send_message(m, 0.0)
+        delivered: list[int] = []
+        forged = [not forge]
+
+        def on_event(side: int, event: object, now: float) -> None:
+            if side == 1 and isinstance(event, MessageReceived):
+                delivered.append(event.msg_id)
+
+        def check(now: float) -> None:
+            if not forged[0] and now > 0:
+                forged[0] = True  # PSN 0 left at t = 0: its wire timestamp is 0
+                a.receive_datagram(_forged_ack(9, 0, 0), now)
+
+        end = drive((a, b), [(net, 0, 1)], done=lambda: len(delivered) == len(messages) and a.idle,
+                    time_limit=20.0, on_event=on_event, check=check)
+        return end, len(delivered), a.stats.retransmissions
+
+    clean, n_clean, retx = transfer(False)
+    attacked, n_attacked, _ = transfer(True)
+    assert n_clean == n_attacked == 16
+    assert retx > 0  # the loss recovery the forged delay would stall was needed
+    assert attacked <= 1.5 * clean, f"{attacked:.3f} s with one forged ACK, {clean:.3f} s without"
