@@ -169,16 +169,18 @@ class Receiver(EventLoop):
                 if peer is None:
                     self.invalid += 1
                     continue
-            peer.addr = addr
             peer.datagrams += 1
             ports = peer.ports
             port = addr[1]
             ports[port] = ports.get(port, 0) + 1
-            if data[_TYPE_OFFSET] == _TYPE_DATA:
-                # Remember which source address carries each EV: an ACK names the EV of the DATA
-                # that triggered it and goes back to the socket that sent that DATA.
-                peer.evaddr[data[_EV_OFFSET] << 8 | data[_EV_OFFSET + 1]] = addr
-            peer.conn.receive_datagram(data, now)
+            if peer.conn.receive_datagram(data, now):
+                # Addresses are learnt only from datagrams that parsed and passed the CRC, so
+                # that a garbage packet with a forged source cannot redirect the ACKs.
+                peer.addr = addr
+                if data[_TYPE_OFFSET] == _TYPE_DATA:
+                    # Remember which source address carries each EV: an ACK names the EV of the
+                    # DATA that triggered it and goes back to the socket that sent that DATA.
+                    peer.evaddr[data[_EV_OFFSET] << 8 | data[_EV_OFFSET + 1]] = addr
             active.add(peer)
         if n:
             self.datagrams_received += n

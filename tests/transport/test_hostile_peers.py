@@ -9,12 +9,13 @@ from __future__ import annotations
 import gc
 import random
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from transport import wire
 from transport.config import TransportConfig
 from transport.connection import Connection, MessageReceived
+from transport.receiver import Receiver
 
 
 def _held_bytes(attack: Callable[[], Any]) -> tuple[int, Any]:
@@ -28,6 +29,41 @@ def _held_bytes(attack: Callable[[], Any]) -> tuple[int, Any]:
         return tracemalloc.get_traced_memory()[0] - before, result
     finally:
         tracemalloc.stop()
+
+
+class _Socket:
+    """What the receiver's loop turn sends through: records (datagram, destination)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, tuple[Any, ...]]] = []
+
+    def sendto(self, data: bytes, addr: tuple[Any, ...]) -> int:
+        self.sent.append((data, addr))
+        return len(data)
+
+    def getsockname(self) -> tuple[str, int]:
+        return "127.0.0.1", 7471
+
+
+def _receiver(config: TransportConfig | None = None) -> Receiver:
+    """A Receiver driven by hand: datagrams go in through ``_feed``, turns run at a virtual time."""
+    r = Receiver(config or TransportConfig())
+    r.sock = _Socket()  # type: ignore[assignment]
+    return r
+
+
+def _feed(r: Receiver, datagrams: Iterable[tuple[bytes, tuple[Any, ...]]], now: float) -> None:
+    """Hand ``datagrams`` (data, source address) to the receiver as its socket would, a batch per turn."""
+    it = iter(datagrams)
+
+    def recvfrom(_size: int) -> tuple[bytes, tuple[Any, ...]]:
+        try:
+            return next(it)
+        except StopIteration:
+            raise BlockingIOError from None
+
+    while r._drain(recvfrom, now):
+        r._turn(now)
 
 
 def _first_fragment(cid: int, psn: int, msg_id: int, count: int) -> bytes:
@@ -130,3 +166,36 @@ def test_forged_ack_does_not_stall_a_lossy_transfer() -> None:
     assert n_clean == n_attacked == 16
     assert retx > 0  # the loss recovery the forged delay would stall was needed
     assert attacked <= 1.5 * clean, f"{attacked:.3f} s with one forged ACK, {clean:.3f} s without"
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. Addresses come only from datagrams that parsed and passed the CRC
+
+
+def test_receive_datagram_says_whether_the_datagram_was_genuine() -> None:
+    conn = Connection(TransportConfig(), 5)
+    good = wire.pack_data(0, 3, 5, 0, 0, 0, 2, 2000, 0, bytes(1000))
+    corrupt = bytearray(good)
+    corrupt[-1] ^= 1
+    other = wire.pack_data(0, 3, 6, 0, 0, 0, 2, 2000, 0, bytes(1000))
+    assert conn.receive_datagram(good, 0.0) is True
+    assert conn.receive_datagram(good, 0.0) is True  # a duplicate is genuine, if useless
+    assert conn.receive_datagram(bytes(corrupt), 0.0) is False
+    assert conn.receive_datagram(other, 0.0) is False
+    assert conn.receive_datagram(b"\xfa\xb1", 0.0) is False
+
+
+def test_a_corrupt_datagram_from_a_forged_source_does_not_redirect_acks() -> None:
+    r = _receiver()
+    try:
+        good = wire.pack_data(0, 3, 5, 0, 0, 0, 2, 2000, 0, bytes(1000))
+        forged = bytearray(wire.pack_data(0, 3, 5, 1, 0, 1, 2, 2000, 0, bytes(1000)))
+        forged[-1] ^= 1  # fails the CRC
+        _feed(r, [(good, ("10.0.0.1", 4003))], 0.0)
+        _feed(r, [(bytes(forged), ("10.0.0.1", 6666))], 0.001)
+        peer = next(iter(r.peers.values()))
+        assert peer.addr == ("10.0.0.1", 4003)
+        assert peer.evaddr == {3: ("10.0.0.1", 4003)}
+        assert r.sock.sent and {addr for _, addr in r.sock.sent} == {("10.0.0.1", 4003)}  # type: ignore[union-attr]
+    finally:
+        r.close()
