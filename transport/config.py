@@ -45,6 +45,12 @@ class TransportConfig:
     reorder_window: float = 0.25
     max_reassembly_bytes: int = 8 * 2**20
     max_reassembly_messages: int = 1024
+    # A receiver serving many senders (`srd recv`) holds at most this many connections, at most
+    # max_connections_per_source of them from one source address, and forgets one silent for
+    # idle_timeout seconds once it owes nothing and holds nothing undelivered (0 = never).
+    max_connections: int = 1024
+    max_connections_per_source: int = 256
+    idle_timeout: float = 60.0
     pacing: bool = True
     # Seconds: each wake-up sends what pacing allows within this horizon (and always at least
     # the next packet interval), so a slow connection sends 2+ packets per wake-up, not one.
@@ -106,3 +112,9 @@ class TransportConfig:
             raise bad("max_reassembly_bytes", f"use at least one datagram's payload ({self.max_payload})")
         if not isinstance(self.max_reassembly_messages, int) or self.max_reassembly_messages < 1:
             raise bad("max_reassembly_messages", "use a positive integer")
+        if not isinstance(self.max_connections, int) or self.max_connections < 1:
+            raise bad("max_connections", "use a positive integer, e.g. 1024")
+        if not isinstance(self.max_connections_per_source, int) or self.max_connections_per_source < 1:
+            raise bad("max_connections_per_source", "use a positive integer, e.g. 256")
+        if not 0 <= self.idle_timeout <= 1e6:
+            raise bad("idle_timeout", "use seconds, e.g. 60, or 0 to keep idle connections forever")

@@ -199,3 +199,103 @@ def test_a_corrupt_datagram_from_a_forged_source_does_not_redirect_acks() -> Non
         assert r.sock.sent and {addr for _, addr in r.sock.sent} == {("10.0.0.1", 4003)}  # type: ignore[union-attr]
     finally:
         r.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. The receiver's connections: capped, expired when idle, timers in a heap
+
+# A connection as the receiver holds it (its Connection, peer record, heap entries): ~12 kB
+# measured, stated with room to spare.
+PER_CONNECTION_BOUND = 20_000
+
+
+def _one_byte_message(cid: int) -> bytes:
+    """A whole 1-byte message: the smallest DATA that opens a connection (43 bytes)."""
+    return wire.pack_data(0, 0, cid, 0, 0, 0, 1, 1, 0, b"x")
+
+
+def test_one_source_opens_at_most_max_connections_per_source() -> None:
+    """20,000 datagrams of 43 bytes, each a new connection id: they once made 20,000 connections
+    (+256 MB); now one source gets max_connections_per_source and the rest are refused."""
+    r = _receiver()
+    try:
+        cap = r.config.max_connections_per_source
+        datagrams = [(_one_byte_message(cid), ("10.0.0.9", 4000)) for cid in range(1, 20_001)]
+        held, _ = _held_bytes(lambda: _feed(r, datagrams, 0.0))
+        assert len(r.peers) == cap
+        assert r.connections_refused == 20_000 - cap
+        assert held <= cap * PER_CONNECTION_BOUND, f"{held} bytes for {cap} connections"
+        assert r.metrics()["connections_refused"] == 20_000 - cap
+    finally:
+        r.close()
+
+
+def test_many_sources_open_at_most_max_connections() -> None:
+    r = _receiver(TransportConfig(max_connections=64))
+    try:
+        datagrams = [(_one_byte_message(1), (f"10.{i >> 8}.{i & 255}.1", 4000)) for i in range(5000)]
+        held, _ = _held_bytes(lambda: _feed(r, datagrams, 0.0))
+        assert len(r.peers) == 64
+        assert r.connections_refused == 5000 - 64
+        assert held <= 64 * PER_CONNECTION_BOUND
+    finally:
+        r.close()
+
+
+def test_an_idle_loop_turn_touches_no_connection(monkeypatch: Any) -> None:
+    """With 1,000 connections that have nothing due, a loop turn asks none of them for its timer
+    (it once walked all of them twice: 53 ms per turn at 20,000)."""
+    r = _receiver(TransportConfig(max_connections_per_source=1000))
+    try:
+        _feed(r, [(_one_byte_message(cid), ("10.0.0.9", 4000)) for cid in range(1, 1001)], 0.0)
+        assert len(r.peers) == 1000
+        calls = []
+        real = Connection.get_timer
+        monkeypatch.setattr(Connection, "get_timer", lambda self: calls.append(self) or real(self))
+        r._turn(1.0)
+        assert calls == []
+    finally:
+        r.close()
+
+
+def test_timers_in_the_heap_still_fire() -> None:
+    """A coalesced ACK is held, and sent when its deadline comes."""
+    r = _receiver(TransportConfig(ack_delay=0.01))
+    try:
+        _feed(r, [(wire.pack_data(0, 2, 5, 0, 0, 0, 1, 100, 0, bytes(100)), ("10.0.0.1", 4002))], 0.0)
+        assert r.sock.sent == []  # type: ignore[union-attr]
+        assert r._turn(0.005) == 0.01
+        assert r.sock.sent == []  # type: ignore[union-attr]
+        r._turn(0.01)
+        assert [addr for _, addr in r.sock.sent] == [("10.0.0.1", 4002)]  # type: ignore[union-attr]
+        assert wire.decode(r.sock.sent[0][0]).ack_delay == 10_000  # type: ignore[union-attr]
+    finally:
+        r.close()
+
+
+def test_idle_connections_are_forgotten_once_they_owe_nothing() -> None:
+    from transport.schema import ReceiverMetrics, problems
+
+    config = TransportConfig(idle_timeout=30.0, max_connections_per_source=2)
+    r = _receiver(config)
+    try:
+        src = ("10.0.0.9", 4000)
+        partial = wire.pack_data(0, 0, 2, 0, 0, 0, 2, 2, 0, b"x")  # half of a 2-byte message
+        _feed(r, [(_one_byte_message(1), src), (partial, src)], 0.0)
+        assert len(r.peers) == 2
+        _feed(r, [(_one_byte_message(3), src)], 1.0)
+        assert r.connections_refused == 1  # the source is at its cap
+        assert r._turn(29.0) == 30.0  # the loop wakes for the expiry
+        r._turn(30.0)
+        # Connection 1 delivered its message and sent its ACK: forgotten. Connection 2 holds a
+        # fragment of a message it has not delivered: kept.
+        assert [p.connection_id for p in r.peers.values()] == [2]
+        assert r.connections_expired == 1
+        _feed(r, [(_one_byte_message(3), src)], 31.0)  # room again for this source
+        assert sorted(p.connection_id for p in r.peers.values()) == [2, 3]
+        metrics = r.metrics()
+        assert sorted(c["connection_id"] for c in metrics["connections"]) == [1, 2, 3]
+        assert metrics["connections_expired"] == 1
+        assert problems(metrics, ReceiverMetrics) == []
+    finally:
+        r.close()
