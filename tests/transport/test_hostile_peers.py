@@ -12,6 +12,8 @@ import tracemalloc
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import pytest
+
 from transport import wire
 from transport.config import TransportConfig
 from transport.connection import Connection, MessageReceived
@@ -96,14 +98,14 @@ def test_first_fragments_of_huge_messages_hold_only_what_arrived() -> None:
     assert held <= accepted * PER_FRAGMENT_BOUND, f"{held} bytes held for {accepted} fragments"
 
 
-def test_fragments_in_any_order_reassemble_exactly() -> None:
-    """The sparse fragment table still yields the message in index order."""
-    config = TransportConfig()
+@pytest.mark.parametrize("fragments", [41, 400])  # a preallocated table, and a sparse one
+def test_fragments_in_any_order_reassemble_exactly(fragments: int) -> None:
+    config = TransportConfig(window=512)
     a, b = Connection(config, 3, seed=1), Connection(config, 3, seed=2)
-    message = random.Random(5).randbytes(40 * config.max_payload + 17)
+    message = random.Random(5).randbytes((fragments - 1) * config.max_payload + 17)
     a.send_message(message, 0.0)
     out = [d for d, _ in a.datagrams_to_send(0.0)]
-    assert len(out) == 41  # the whole message fits the initial window
+    assert len(out) == fragments  # the whole message fits the initial window
     random.Random(6).shuffle(out)
     for d in out:
         b.receive_datagram(d, 0.0)
