@@ -184,7 +184,7 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
         for f in early:
             apply_fault(ctx, f, sampler)
         stop_faults = ctx.stop
-        ledger = cpu.CpuLedger({"ovs": cpu.ovs_pid(), "controller": fab.controller.pid if fab.controller else None})
+        ledger = cpu.CpuLedger({"ovs": fab.ovs_pids(), "controller": fab.controller.pid if fab.controller else None})
         try:
             kind = arms.get(arm.kind)
             receivers, senders = kind.start(ctx)
