@@ -20,7 +20,7 @@ demo: setup
 	$(FABRICLAB) demo
 
 test: setup
-	$(VENV)/bin/ruff check topologies emulator transport experiments labs cli tests
+	$(VENV)/bin/ruff check topologies emulator transport experiments live labs cli tests
 	$(PY) -m pytest -q
 
 test-unit: setup
@@ -30,7 +30,7 @@ test-integration: setup
 	$(PY) -m pytest -q -m root
 
 lint: setup
-	$(VENV)/bin/ruff check topologies emulator transport experiments labs cli tests
+	$(VENV)/bin/ruff check topologies emulator transport experiments live labs cli tests
 
 bench: setup
 	$(FABRICLAB) bench transport --json

@@ -23,6 +23,16 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        # argparse turns a type's ValueError and TypeError into a usage error, but not the OSError of a
+        # path the system refuses (too long, a symlink loop) or the RuntimeError of `~nosuchuser`.
+        try:
+            return super()._get_value(action, arg_string)
+        except (OSError, RuntimeError) as exc:
+            shown = arg_string if len(arg_string) <= 60 else arg_string[:30] + "…" + arg_string[-29:]
+            problem = getattr(exc, "strerror", None) or " ".join(str(exc).split())
+            raise argparse.ArgumentError(action, f"{shown!r}: {problem}") from None
+
 
 def show_help(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
     """The handler of a command given without its sub-command: its help on stderr, exit status 2."""

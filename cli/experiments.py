@@ -13,10 +13,12 @@ from typing import Any
 from cli.args import positive_seconds
 from emulator.errors import EmulatorError
 from emulator.network import raise_terminated
-from experiments.catalogue import ArmNotFound
 from experiments.model import Arm, Experiment
+from experiments.overrides import ArmNotFound
 from experiments.policy_arm import PolicyArmError
+from experiments.records import ResultsWriteError
 from experiments.runner import Reporter
+from experiments.schema import RawArm
 from experiments.traffic import TrafficError
 from topologies import SpecError
 from transport.policy_plugin import add_path_policy_argument
@@ -29,7 +31,7 @@ class ExperimentNotFound(LookupError):
 
 
 USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError, ExperimentNotFound, ArmNotFound, TrafficError,
-               PolicyArmError)
+               PolicyArmError, ResultsWriteError)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -59,7 +61,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
     p = commands.add_parser("report", help="re-render a results directory (table, summary.md, plots)",
                             description="Re-render summary.md and the plots of a stored run from its results.json, "
-                            "and print its table.")
+                            "and print its table. A run that never wrote results.json (it crashed or was "
+                            "killed) is rebuilt from the records its finished arms left.")
     p.add_argument("dir", metavar="DIR", help="results directory (results/NAME/<timestamp>) or its results.json")
     p.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
     p.set_defaults(func=cmd_report)
@@ -177,7 +180,7 @@ class RichReporter(Reporter):
         self.progress.update(self.task, completed=self.index + fraction,
                              description=f"{self.name}: {note or 'traffic'}")
 
-    def arm_finished(self, index: int, arm: Arm, result: dict[str, Any]) -> None:
+    def arm_finished(self, index: int, arm: Arm, result: RawArm) -> None:
         self.progress.update(self.task, completed=index + 1, description=f"{arm.name}: done")
         if result.get("error"):
             self.console.print(f"[red]{arm.name} failed:[/red] {result['error']}")

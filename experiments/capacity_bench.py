@@ -23,10 +23,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments.scenarios import ecmp_vs_spray
+
 log = logging.getLogger(__name__)
 
-EXPERIMENT = "ecmp-vs-spray"
-ARM = "spray"
+EXPERIMENT = ecmp_vs_spray.NAME
+ARM = ecmp_vs_spray.SPRAY
 TRUST_IDLE = 0.35
 
 

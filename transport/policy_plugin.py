@@ -79,10 +79,25 @@ def parse_spec(text: str) -> PolicySpec:
     """`FILE.py:ClassName` -> PolicySpec with the file's absolute path (nothing is loaded yet)."""
     file, sep, cls = text.strip().rpartition(":")
     if not sep or not file.endswith(".py"):
-        raise PolicySpecError(f"{text!r} is not FILE.py:ClassName; e.g. my_policy.py:MyPolicy")
+        raise PolicySpecError(f"{_shown(text)!r} is not FILE.py:ClassName; e.g. my_policy.py:MyPolicy")
     if not cls.isidentifier():
-        raise PolicySpecError(f"{text!r}: {cls!r} is not a Python class name; e.g. my_policy.py:MyPolicy")
-    return PolicySpec(Path(file).expanduser().resolve(), cls)
+        raise PolicySpecError(f"{_shown(text)}: {cls!r} is not a Python class name; e.g. my_policy.py:MyPolicy")
+    try:
+        path = Path(file).expanduser().resolve()
+    except RuntimeError as exc:  # `~nosuchuser/...`, or a symlink loop
+        problem = " ".join(str(exc).split()).rstrip(".")
+        if file.startswith("~") and not file.startswith(("~/", "~" + "\\")):
+            problem = f"there is no user {file[1:].partition('/')[0]!r} for '~' to stand for"
+        raise PolicySpecError(f"{_shown(file)}: {problem}; give the path of your policy's .py file") from None
+    except OSError as exc:
+        raise PolicySpecError(f"{_shown(file)}: {exc.strerror or exc}; give the path of your policy's .py file") \
+            from None
+    return PolicySpec(path, cls)
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """A path as it goes into a one-line error: cut in the middle when it is very long."""
+    return text if len(text) <= limit else text[: limit // 2] + "…" + text[-(limit // 2 - 1):]
 
 
 def load_class(spec: PolicySpec | str) -> type:
@@ -93,9 +108,13 @@ def load_class(spec: PolicySpec | str) -> type:
     if isinstance(spec, str):
         spec = parse_spec(spec)
     path = spec.path
-    if not path.is_file():
-        raise PolicySpecError(f"{path} does not exist; give the path of your policy's .py file")
-    st = path.stat()
+    try:
+        if not path.is_file():
+            raise PolicySpecError(f"{_shown(str(path))} does not exist; give the path of your policy's .py file")
+        st = path.stat()
+    except OSError as exc:  # a name too long for the file system, a directory we may not read
+        raise PolicySpecError(f"{_shown(str(path))}: {exc.strerror or exc}; give the path of your policy's "
+                              ".py file") from None
     key = (str(path), spec.class_name, st.st_mtime_ns, st.st_size)
     cls = _loaded.get(key)
     if cls is None:
@@ -115,6 +134,11 @@ def _import(path: Path) -> Any:
     except SyntaxError as exc:
         sys.modules.pop(name, None)
         raise PolicySpecError(f"{path} line {exc.lineno}: syntax error: {exc.msg}") from None
+    except SystemExit as exc:
+        # Otherwise the command would end with the policy file's exit status, before it said anything.
+        sys.modules.pop(name, None)
+        raise PolicySpecError(f"importing {path} called sys.exit({exc.code!r}); a policy file must not exit "
+                              f"(put scripts under `if __name__ == \"__main__\":`)") from None
     except Exception as exc:
         sys.modules.pop(name, None)
         raise PolicySpecError(f"importing {path} raised {describe_exception(exc)}") from None
@@ -192,7 +216,7 @@ class GuardedPolicy:
         self._busy_s = 0.0
         try:
             self._inner = cls(num_evs, rng)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             self._inner = None
             self._fail("__init__", f"raised {describe_exception(exc)}", call=f"{self.label}(num_evs, rng)")
 
@@ -244,7 +268,7 @@ class GuardedPolicy:
         t0 = self._timer()
         try:
             result = getattr(self._inner, method)(*args)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in a policy must not end the endpoint
             self._fail(method, f"raised {describe_exception(exc)}")
             return _FAILED
         self._account(method, self._timer() - t0)

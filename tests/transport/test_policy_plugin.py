@@ -298,6 +298,40 @@ def test_srd_send_refuses_a_bad_policy_in_one_line(tmp_path, spec, words):
     assert words in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+def _hostile_spec(folder: Path, kind: str) -> tuple[str, str]:
+    """A --path-policy value that used to escape argparse (or end the command), and the words now shown."""
+    if kind == "symlink-loop":
+        (folder / "a.py").symlink_to(folder / "b.py")
+        (folder / "b.py").symlink_to(folder / "a.py")
+        return f"{folder}/a.py:C", "Symlink loop"
+    if kind == "no-such-user":
+        return "~nosuchuser/x.py:C", "there is no user 'nosuchuser'"
+    if kind == "name-too-long":
+        return f"{folder}/{'a' * 300}.py:C", "File name too long"
+    write_policy(folder, "exits", "import sys\nsys.exit(3)\n")
+    return f"{folder}/exits.py:C", "called sys.exit(3); a policy file must not exit"
+
+
+@pytest.mark.parametrize("kind", ["symlink-loop", "no-such-user", "name-too-long", "sys-exit"])
+def test_hostile_path_policy_specs_are_one_line_and_exit_2(tmp_path, kind):
+    spec, words = _hostile_spec(tmp_path, kind)
+    out = subprocess.run([*FABRICLAB, "srd", "send", "--to", "127.0.0.1", "--path-policy", spec], cwd=tmp_path,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                         timeout=60)
+    err = out.stderr.strip()
+    assert out.returncode == 2, out
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and len(err) < 400, err
+    assert words in err, err
+
+
+def test_a_policy_that_exits_while_running_is_a_fault_not_the_end(tmp_path):
+    spec = write_policy(tmp_path, "pol", broken_source("def on_ack(self, ev, rtt, now):\n    raise SystemExit(3)"))
+    guarded = policy_plugin.make_guarded(spec + ":Broken", 16, random.Random(1))
+    guarded.on_ack(guarded.next_ev(0.0), 0.001, 0.001)
+    assert guarded.fault_method == "on_ack" and "raised SystemExit: 3" in guarded.fault
+    assert 0 <= guarded.next_ev(0.002) < 16
+
+
 def test_allreduce_worker_takes_a_path_policy(tmp_path):
     from cli.allreduce import _options
     from cli.main import build_parser
