@@ -67,7 +67,8 @@ def receiver_record(results: list[TransferResult]) -> ReceiverMetrics:
         "goodput_bps": 8 * nbytes / duration if duration else 0.0, "messages": sum(c["messages"] for c in conns),
         "datagrams_received": sum(c["datagrams"] for c in conns), "datagrams_sent": 0, "pps_received": 0.0,
         "invalid_datagrams": 0, "send_errors": 0, "socket_drops": 0, "expect_bytes": nbytes,
-        "config": results[0].receiver_metrics["config"], "connections": conns,
+        "config": results[0].receiver_metrics["config"], "connections_refused": 0, "connections_expired": 0,
+        "connections": conns,
     }
 
 

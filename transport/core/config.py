@@ -38,6 +38,9 @@ class TransportConfig:
     target_packets: float = 16.0
     ack_delay: float = 0.0  # 0 = ACK every packet; else coalesce ACKs for at most this long
     ack_batch: int = 16  # with ack_delay > 0, ACK at once when this many packets are unacknowledged
+    # The longest ACK hold a peer's report is believed up to (RFC 9002's max_ack_delay; our own
+    # ack_delay if that is longer): loss detection and the RTO wait for at most this much more.
+    max_ack_delay: float = 0.025
     rto_min: float = 0.005  # seconds (a floor suited to an emulator, far below TCP's 200 ms)
     rto_max: float = 1.0
     initial_rtt: float = 0.005  # RTT assumed until the first sample
@@ -47,6 +50,12 @@ class TransportConfig:
     reorder_window: float = 0.25
     max_reassembly_bytes: int = 8 * 2**20
     max_reassembly_messages: int = 1024
+    # A receiver serving many senders (`srd recv`) holds at most this many connections, at most
+    # max_connections_per_source of them from one source address, and forgets one silent for
+    # idle_timeout seconds once it owes nothing and holds nothing undelivered (0 = never).
+    max_connections: int = 1024
+    max_connections_per_source: int = 256
+    idle_timeout: float = 60.0
     pacing: bool = True
     # Seconds: each wake-up sends what pacing allows within this horizon (and always at least
     # the next packet interval), so a slow connection sends 2+ packets per wake-up, not one.
@@ -88,6 +97,8 @@ class TransportConfig:
             raise bad("target_delay", "use a positive number of seconds, e.g. 0.002")
         if not 0 <= self.ack_delay <= 1.0:
             raise bad("ack_delay", "use 0 (ACK every packet) or a delay in seconds up to 1.0")
+        if not 0 <= self.max_ack_delay <= 1.0:
+            raise bad("max_ack_delay", "use a delay in seconds from 0 to 1.0, e.g. 0.025")
         if not 0 <= self.target_packets <= 1e6:
             raise bad("target_packets", "use a number of packets from 0 (off) upwards, e.g. 16")
         if not isinstance(self.ack_batch, int) or self.ack_batch < 1:
@@ -106,3 +117,9 @@ class TransportConfig:
             raise bad("max_reassembly_bytes", f"use at least one datagram's payload ({self.max_payload})")
         if not isinstance(self.max_reassembly_messages, int) or self.max_reassembly_messages < 1:
             raise bad("max_reassembly_messages", "use a positive integer")
+        if not isinstance(self.max_connections, int) or self.max_connections < 1:
+            raise bad("max_connections", "use a positive integer, e.g. 1024")
+        if not isinstance(self.max_connections_per_source, int) or self.max_connections_per_source < 1:
+            raise bad("max_connections_per_source", "use a positive integer, e.g. 256")
+        if not 0 <= self.idle_timeout <= 1e6:
+            raise bad("idle_timeout", "use seconds, e.g. 60, or 0 to keep idle connections forever")

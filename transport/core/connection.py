@@ -130,8 +130,12 @@ class Connection:
         self.stats.messages_sent += 1
         return msg_id & MSG_ID_MASK
 
-    def receive_datagram(self, data: bytes, now: float) -> None:
-        """Process one datagram from the peer. Never raises: bad input is counted as dropped."""
+    def receive_datagram(self, data: bytes, now: float) -> bool:
+        """Process one datagram from the peer. Never raises: bad input is counted as dropped.
+
+        Returns True when the datagram parsed, passed its CRC and names this connection (whatever
+        the protocol then made of it): only such a datagram may teach a driver where the peer is.
+        """
         self._now = now
         try:
             ptype = data[TYPE_OFFSET] if len(data) > TYPE_OFFSET else 0
@@ -144,14 +148,14 @@ class Connection:
         except WireError as exc:
             self.stats.drop("malformed")
             logger.debug("dropped malformed datagram: %s", exc)
-            return
+            return False
         except Exception:  # a decoder bug must not take the connection down
             self.stats.drop("malformed")
             logger.exception("unexpected error decoding a datagram")
-            return
+            return False
         if cid != self.connection_id:
             self.stats.drop("wrong_connection")
-            return
+            return False
         try:
             if ptype == TYPE_DATA:
                 self._rx.on_data(psn, msg_id, idx, count, msg_len, ts, ev, payload, now)
@@ -161,6 +165,7 @@ class Connection:
             # Validation happens before any state changes, so this is a bug; keep running.
             self.stats.drop("internal_error")
             logger.exception("error processing a datagram")
+        return True
 
     def datagrams_to_send(self, now: float) -> list[tuple[bytes, int]]:
         """Everything that may be sent now: ACKs first, then retransmissions, then new data."""

@@ -11,7 +11,8 @@ The rules, all here:
   and one per EV for loss detection.
 * Loss detection is time-based and per EV (RACK-like): a packet overtaken by a later-sent,
   acknowledged packet is lost once it is older than its EV's smoothed RTT times
-  (1 + reorder_window) plus twice that EV's RTT variation, plus the time the peer may hold an ACK.
+  (1 + reorder_window) plus twice that EV's RTT variation, plus the time the peer may hold an ACK
+  (the holds it reports, believed up to ``max_ack_delay`` and below the round trip they are part of).
   Packets sprayed over paths of different delay are then not declared lost for arriving late.
 * RTO: srtt + 4 rttvar but at least 2 srtt and rto_min, doubled per consecutive timeout, running
   from the oldest packet in flight or the latest ACK that acknowledged something new.
@@ -122,6 +123,7 @@ class LossRecovery:
         # own setting (both ends normally share one) and follows the longest holds the peer
         # reports: up at once, down slowly (a fast connection fills its batches in microseconds).
         self._ack_allow = config.ack_delay
+        self._max_ack_delay = max(config.max_ack_delay, config.ack_delay)
         self._backoff = 0
         # When an ACK last acknowledged something new: the RTO runs from here as well as from the
         # oldest packet's send time (RFC 6298 restarts the timer on new ACKs). While ACKs keep
@@ -224,14 +226,23 @@ class LossRecovery:
                     if ts == echo_ts:
                         match, ev, sent_time = i, t_ev, t_time
                         break
-            if ack_delay:
-                held = ack_delay * 1e-6
-                allow = self._ack_allow
-                self._ack_allow = held if held > allow else allow - (allow - held) / 64
             if match >= 0:
-                rtt = now - sent_time - ack_delay * 1e-6
-                if rtt <= 0:
-                    rtt = now - sent_time
+                raw = now - sent_time
+                if ack_delay:
+                    # The hold the peer reports is believed only up to the longest it may hold an
+                    # ACK, and only below the round trip it is part of (RFC 9002 section 5.3): a
+                    # forged 0xFFFFFFFF us once stretched every loss deadline and RTO by 71 minutes.
+                    held = ack_delay * 1e-6
+                    if held > self._max_ack_delay:
+                        held = self._max_ack_delay
+                    if held < raw:
+                        allow = self._ack_allow
+                        self._ack_allow = held if held > allow else allow - (allow - held) / 64
+                        rtt = raw - held
+                    else:
+                        rtt = raw
+                else:
+                    rtt = raw
                 if rtt > 0:
                     rtt_sample = rtt
                     self.rtt.update(rtt)

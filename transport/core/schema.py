@@ -212,6 +212,8 @@ class ReceiverMetrics(TypedDict):
     socket_drops: int | None
     expect_bytes: int
     config: dict[str, Any]
+    connections_refused: int  # new (source, connection id) pairs turned away: max_connections[_per_source]
+    connections_expired: int  # connections forgotten after idle_timeout (their records stay in connections)
     connections: list[ReceiverConnection]
 
 

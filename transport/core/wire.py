@@ -7,9 +7,10 @@ Two packet types share a 12-byte common prefix (magic, version, type, flags, EV,
   that triggered it, and the receive window.
 
 Every packet ends its header with a CRC32 (``zlib.crc32``) over the rest of the header and the
-payload, so corruption in flight is detected and the packet dropped. The field tables
-(``DATA_FIELDS``, ``ACK_FIELDS``) are the single source from which the structs, the scapy layer
-and docs/transport.md are derived.
+payload, so corruption in flight is detected and the packet dropped. The CRC is no MAC: anyone on
+the fabric can compute it, and the transport trusts the fabric (docs/transport.md, "Trust model").
+The field tables (``DATA_FIELDS``, ``ACK_FIELDS``) are the single source from which the structs,
+the scapy layer and docs/transport.md are derived.
 """
 
 from __future__ import annotations

@@ -272,11 +272,11 @@ class UdpRingWorker(EventLoop):
             if len(data) < wire.CONN_ID_OFFSET + 4 or wire.read_conn_id(data) != cid:
                 self.counters["foreign_datagrams"] += 1
                 continue
-            if data[wire.TYPE_OFFSET] == wire.TYPE_DATA:
+            # Addresses are learnt only from datagrams that parsed and passed the CRC.
+            if receive(data, now) and data[wire.TYPE_OFFSET] == wire.TYPE_DATA:
                 # The ACK names the DATA packet's EV and goes back to the socket that sent it.
                 evaddr[wire.read_ev(data)] = addr
                 self._left_addr = addr
-            receive(data, now)
         if n:
             self.counters["datagrams_received"] += n
             self._last_rx = now

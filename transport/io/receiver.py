@@ -4,11 +4,19 @@ Datagrams are demultiplexed by (peer IP, connection id): the peer's source *port
 EV, so it cannot be part of the key. The first valid DATA packet of an unknown connection creates its
 `Connection`, and each ACK goes to the source address of the DATA packet that triggered it (the ACK
 names that packet's EV), so it reaches the sender's socket for that EV.
+
+What a datagram can make the receiver hold is bounded (the transport trusts the fabric, but not
+every datagram on it; docs/transport.md, "Trust model"): at most `max_connections` connections, at
+most `max_connections_per_source` from one source address, each forgotten once it has been silent for
+`idle_timeout` and owes nothing; addresses are learnt only from datagrams that passed the CRC.
+Connection timers wait in a heap, so a loop turn touches only the connections that are due or active.
 """
 
 from __future__ import annotations
 
 import errno
+import heapq
+import itertools
 import logging
 import socket
 import struct
@@ -21,8 +29,8 @@ from transport.core import wire
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection
 from transport.core.events import Event, MessageReceived
-from transport.core.pump import Pump, earliest, linger
-from transport.core.schema import ReceiverMetrics
+from transport.core.pump import Pump, linger
+from transport.core.schema import ReceiverConnection, ReceiverMetrics
 from transport.io.addressing import DEFAULT_PORT
 from transport.io.eventloop import EndpointError, EventLoop, SendCounters, SocketSender, read_batch, socket_drops
 from transport.io.workload import SEQ_LEN, check_payload, make_payload, payload_seq
@@ -32,6 +40,9 @@ log = logging.getLogger(__name__)
 _TYPE_DATA = wire.TYPE_DATA
 _TYPE_OFFSET = wire.TYPE_OFFSET
 _EV_OFFSET = wire.EV_OFFSET
+# Connections examined for expiry in one loop turn at most: forgetting one computes its final record
+# (~20 us), and a burst of them falling due together must not hold up the traffic of the others.
+_EXPIRE_PER_TURN = 64
 
 
 class _Peer:
@@ -39,7 +50,7 @@ class _Peer:
 
     __slots__ = (
         "addr", "bytes", "conn", "connection_id", "corrupt", "datagrams", "duplicates", "evaddr", "first",
-        "host", "last", "last_message", "messages", "ports", "pump", "seen",
+        "host", "key", "last", "last_message", "messages", "ports", "pump", "seen", "timer",
     )
 
     def __init__(self, conn: Connection, connection_id: int, addr: tuple[Any, ...], now: float) -> None:
@@ -47,8 +58,10 @@ class _Peer:
         self.connection_id = connection_id
         self.addr = addr
         self.host = addr[0]
+        self.key = (addr[0], connection_id)
         self.first = now
-        self.last = now
+        self.last = now  # the latest datagram
+        self.timer: float | None = None  # the deadline this peer has in the receiver's timer heap
         self.last_message = now
         self.bytes = 0
         self.messages = 0
@@ -98,6 +111,16 @@ class Receiver(EventLoop):
         self.sock: socket.socket | None = None
         self.peers: dict[tuple[Any, int], _Peer] = {}
         self._active: set[_Peer] = set()
+        # (deadline, tie-break, peer): a peer's entry is live while its deadline is peer.timer;
+        # entries left behind when a timer moves are skipped as they surface.
+        self._timers: list[tuple[float, int, _Peer]] = []
+        # (when to look at the peer again, tie-break, peer): whether it has gone idle.
+        self._expiry: list[tuple[float, int, _Peer]] = []
+        self._tie = itertools.count()
+        self._per_source: dict[Any, int] = {}
+        self._expired: list[ReceiverConnection] = []  # records of forgotten connections, capped
+        self.connections_refused = 0
+        self.connections_expired = 0
         self.datagrams_received = 0
         self.invalid = 0
         self.sent = SendCounters()
@@ -130,15 +153,30 @@ class Receiver(EventLoop):
         self.sock = s
 
     def _new_peer(self, data: bytes, cid: int, addr: tuple[Any, ...], now: float) -> _Peer | None:
+        """The connection a datagram of an unknown (source, connection id) opens; None (counted as
+        invalid or refused) when it opens none."""
         # Only a well-formed DATA packet opens a connection: stray ACKs or garbage must not make
         # the receiver allocate state.
         try:
             packet = wire.decode(data)
         except Exception:  # decode errors of any kind mean "not ours"
-            return None
+            packet = None
         if not isinstance(packet, wire.DataPacket):
+            self.invalid += 1
             return None
-        conn = Connection(self.config, cid, seed=cid)
+        config = self.config
+        host = addr[0]
+        from_host = self._per_source.get(host, 0)
+        if len(self.peers) >= config.max_connections or from_host >= config.max_connections_per_source:
+            if not self.connections_refused:
+                log.warning(
+                    "refusing new connections: %d held (max_connections %d), %d from %s "
+                    "(max_connections_per_source %d)", len(self.peers), config.max_connections, from_host, host,
+                    config.max_connections_per_source,
+                )
+            self.connections_refused += 1
+            return None
+        conn = Connection(config, cid, seed=cid)
         peer = _Peer(conn, cid, addr, now)
         if self.verify:
             peer.seen = set()
@@ -147,9 +185,49 @@ class Receiver(EventLoop):
         # Each ACK goes back to the address that sent the DATA it names (peer.addr: the latest one).
         peer.pump = Pump(conn, SocketSender(lambda dgram, ev: sendto(dgram, evaddr_get(ev, peer.addr)), self.sent),
                          partial(self._on_event, peer))
-        self.peers[(addr[0], cid)] = peer
+        self.peers[peer.key] = peer
+        self._per_source[host] = from_host + 1
+        if config.idle_timeout > 0:
+            heapq.heappush(self._expiry, (now + config.idle_timeout, next(self._tie), peer))
         log.info("new connection %#x from %s:%d", cid, addr[0], addr[1])
         return peer
+
+    def _expire(self, now: float) -> None:
+        """Forget connections silent for idle_timeout that owe nothing and hold nothing undelivered."""
+        idle = self.config.idle_timeout
+        heap = self._expiry
+        peers = self.peers
+        for _ in range(_EXPIRE_PER_TURN):
+            if not heap or heap[0][0] > now:
+                return
+            _, _, peer = heapq.heappop(heap)
+            if peers.get(peer.key) is not peer:
+                continue
+            quiet_until = peer.last + idle
+            if quiet_until > now:
+                heapq.heappush(heap, (quiet_until, next(self._tie), peer))  # heard from since
+            elif not peer.conn.idle or peer.conn.stats.reassembly_bytes:
+                # Data of its own not yet acknowledged, an ACK owed, or fragments held: not yet.
+                heapq.heappush(heap, (now + idle, next(self._tie), peer))
+            else:
+                self._forget(peer)
+
+    def _forget(self, peer: _Peer) -> None:
+        del self.peers[peer.key]
+        left = self._per_source[peer.host] - 1
+        if left:
+            self._per_source[peer.host] = left
+        else:
+            del self._per_source[peer.host]
+        peer.timer = None  # its timer heap entries are stale now
+        self._active.discard(peer)
+        self.connections_expired += 1
+        # The final record stays in the metrics (an experiment joins it with the sender's), for as
+        # many forgotten connections as may be held at once; beyond that they are only counted.
+        if len(self._expired) < self.config.max_connections:
+            self._expired.append(self._record(peer))
+        log.info("connection %#x from %s idle for %g s: forgotten", peer.connection_id, peer.host,
+                 self.config.idle_timeout)
 
     def _drain(self, recvfrom: Callable[[int], tuple[bytes, Any]], now: float) -> int:
         # One socket for all peers: drain it, so the failing recv() at the end is amortised.
@@ -173,18 +251,20 @@ class Receiver(EventLoop):
             if peer is None:
                 peer = self._new_peer(data, cid, addr, now)
                 if peer is None:
-                    self.invalid += 1
                     continue
-            peer.addr = addr
             peer.datagrams += 1
+            peer.last = now
             ports = peer.ports
             port = addr[1]
             ports[port] = ports.get(port, 0) + 1
-            if data[_TYPE_OFFSET] == _TYPE_DATA:
-                # Remember which source address carries each EV: an ACK names the EV of the DATA
-                # that triggered it and goes back to the socket that sent that DATA.
-                peer.evaddr[data[_EV_OFFSET] << 8 | data[_EV_OFFSET + 1]] = addr
-            peer.conn.receive_datagram(data, now)
+            if peer.conn.receive_datagram(data, now):
+                # Addresses are learnt only from datagrams that parsed and passed the CRC, so
+                # that a garbage packet with a forged source cannot redirect the ACKs.
+                peer.addr = addr
+                if data[_TYPE_OFFSET] == _TYPE_DATA:
+                    # Remember which source address carries each EV: an ACK names the EV of the
+                    # DATA that triggered it and goes back to the socket that sent that DATA.
+                    peer.evaddr[data[_EV_OFFSET] << 8 | data[_EV_OFFSET + 1]] = addr
             active.add(peer)
         if n:
             self.datagrams_received += n
@@ -222,15 +302,40 @@ class Receiver(EventLoop):
 
     def _turn(self, now: float) -> float | None:
         active = self._active
-        for peer in self.peers.values():
-            if peer.pump.fire(now):
-                active.add(peer)
+        timers = self._timers
+        heappop, heappush = heapq.heappop, heapq.heappush
+        while timers and timers[0][0] <= now:
+            t, _, peer = heappop(timers)
+            if peer.timer != t:
+                continue  # moved or forgotten since
+            peer.timer = None
+            peer.conn.handle_timer(now)
+            active.add(peer)
+        if self._expiry and self._expiry[0][0] <= now:
+            self._expire(now)
+        tie = self._tie
         for peer in active:
             pump = peer.pump
             pump.events(now)
             pump.flush(now)
+            # Only what ran this turn can have moved its timer.
+            timer = pump.timer()
+            if timer != peer.timer:
+                peer.timer = timer
+                if timer is not None:
+                    heappush(timers, (timer, next(tie), peer))
         active.clear()
-        wake = earliest(None, (peer.pump for peer in self.peers.values()))
+        while timers and timers[0][2].timer != timers[0][0]:
+            heappop(timers)
+        if len(timers) > 4 * len(self.peers) + 64:
+            # Timers that keep moving leave stale entries behind: rebuild from the live ones.
+            timers[:] = [e for e in timers if e[2].timer == e[0]]
+            heapq.heapify(timers)
+        wake = timers[0][0] if timers else None
+        if self._expiry:
+            t = self._expiry[0][0]
+            if wake is None or t < wake:
+                wake = t
         if self.expect_bytes and self.bytes >= self.expect_bytes:
             # Linger until the senders have gone quiet so that a lost final ACK can be repeated.
             if self._done_at is None:
@@ -288,20 +393,23 @@ class Receiver(EventLoop):
             "socket_drops": getattr(self, "_socket_drops", None),
             "expect_bytes": self.expect_bytes,
             "config": self.config.to_dict(),
-            "connections": [
-                {
-                    "connection_id": p.connection_id,
-                    "peer": f"{p.host}",
-                    "bytes": p.bytes,
-                    "messages": p.messages,
-                    "datagrams": p.datagrams,
-                    "duration": p.last_message - p.first,
-                    "goodput_bps": 8 * p.bytes / (p.last_message - p.first) if p.last_message > p.first else 0.0,
-                    "source_port_datagrams": {str(k): v for k, v in sorted(p.ports.items())},
-                    "corrupt_messages": p.corrupt if p.seen is not None else None,
-                    "duplicate_messages": p.duplicates if p.seen is not None else None,
-                    "transport": p.conn.metrics(),
-                }
-                for p in self.peers.values()
-            ],
+            "connections_refused": self.connections_refused,
+            "connections_expired": self.connections_expired,
+            "connections": [*self._expired, *(self._record(p) for p in self.peers.values())],
+        }
+
+    @staticmethod
+    def _record(p: _Peer) -> ReceiverConnection:
+        return {
+            "connection_id": p.connection_id,
+            "peer": f"{p.host}",
+            "bytes": p.bytes,
+            "messages": p.messages,
+            "datagrams": p.datagrams,
+            "duration": p.last_message - p.first,
+            "goodput_bps": 8 * p.bytes / (p.last_message - p.first) if p.last_message > p.first else 0.0,
+            "source_port_datagrams": {str(k): v for k, v in sorted(p.ports.items())},
+            "corrupt_messages": p.corrupt if p.seen is not None else None,
+            "duplicate_messages": p.duplicates if p.seen is not None else None,
+            "transport": p.conn.metrics(),
         }
