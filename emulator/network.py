@@ -30,7 +30,7 @@ from emulator.ovs_daemons import RECONNECT_MS
 from emulator.shaping import Impairment, InterfaceShaper, initial_shape_commands, rate_change_command, tc_batch
 from emulator.state import BRIDGE_MARK, RunState, active_runs, interface_exists
 from emulator.system import Capabilities, capabilities, require_ready
-from topologies.model import DEFAULT_MTU, Link, Topology
+from topologies.model import KERNEL_MTU, Link, Topology
 from transport.core.contract import ROUTING_MODES
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ class Fabric:
         if self.isolated:
             from emulator.ovs_switch import IsolatedOVSSwitch
 
-            mtu = self.topology.mtu if self.topology.mtu != DEFAULT_MTU else None
+            mtu = self.topology.mtu if self.topology.mtu != KERNEL_MTU else None
             switch_cls = partial(IsolatedOVSSwitch, workdir=str(self.workdir),
                                  controller=str(self.controller.of_socket),
                                  mark=(BRIDGE_MARK, self.state.run_id), mtu=mtu)
@@ -279,7 +279,7 @@ class Fabric:
             if self.datapath == "user":
                 cmds += [f"ethtool -K {i.name} tx off rx off >/dev/null 2>&1" for i in node.intfList()
                          if i.name != "lo"]
-            if self.topology.mtu != DEFAULT_MTU:
+            if self.topology.mtu != KERNEL_MTU:
                 cmds += [f"ip link set dev {i.name} mtu {self.topology.mtu}" for i in node.intfList()
                          if i.name != "lo"]
             node.cmd(" ; ".join(cmds))
@@ -359,7 +359,7 @@ class Fabric:
         code, out = _root_runner(cmd)
         if code != 0:
             raise EmulatorError(f"ovs-vsctl could not attach the switches to the controller: {out.strip()}")
-        if self.topology.mtu != DEFAULT_MTU:
+        if self.topology.mtu != KERNEL_MTU:
             self._set_switch_mtu(self.topology.mtu)
 
     def _set_switch_mtu(self, mtu: int) -> None:

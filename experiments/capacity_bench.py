@@ -44,8 +44,8 @@ class Case:
 
 CASES: tuple[Case, ...] = (
     # The demo's own fabric: three hosts per leaf over two uplinks at 1.5x the host rate.
-    Case("demo", "leaf-spine:spines=2,leaves=2,hosts=3,host_rate={rate},fabric_rate={fabric_rate}", 1.5),
-    Case("4x4x4-1500", "leaf-spine:spines=4,leaves=4,hosts=4,rate={rate}"),
+    Case("demo", "leaf-spine:spines=2,leaves=2,hosts=3,host_rate={rate},fabric_rate={fabric_rate},mtu=1500", 1.5),
+    Case("4x4x4-1500", "leaf-spine:spines=4,leaves=4,hosts=4,rate={rate},mtu=1500"),
     Case("4x4x4-9000", "leaf-spine:spines=4,leaves=4,hosts=4,rate={rate},mtu=9000"),
     Case("fat-tree-k4", "fat-tree:k=4,rate={rate},mtu=9000"),
     Case("fat-tree-k8", "fat-tree:k=8,rate={rate},mtu=9000"),

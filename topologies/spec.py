@@ -10,13 +10,13 @@ Spec keys (rates in Mbit/s, delay in ms, loss in percent, queue in packets; they
   fat-tree:   k (even), rate, host_rate, agg_rate (edge-agg links), core_rate (agg-core links)
   clos:       pods, leaves (per pod), spines (per pod), superspines (a multiple of spines), hosts (per
               leaf), rate, host_rate, spine_rate (leaf-spine links), superspine_rate (spine-super-spine)
-  every one:  delay, loss, queue, mtu (IP MTU of every interface, bytes, default 1500)
+  every one:  delay, loss, queue, mtu (IP MTU of every interface, bytes, default 9000)
 
 Fabric file format (YAML or JSON)::
 
     name: two-tier                # optional, defaults to the file name without its suffix
     description: a small fabric   # optional, kept in params
-    mtu: 9000                     # optional, IP MTU of every interface, default 1500, in [576, 9216]
+    mtu: 9000                     # optional, IP MTU of every interface, default 9000, in [576, 9216]
     defaults:                     # optional; apply to links that do not say otherwise
       rate_mbps: 20               # default 20
       delay_ms: 0                 # default 0

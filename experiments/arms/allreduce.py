@@ -9,6 +9,7 @@ from typing import Any
 from experiments.analysis.placement import host_rate_mbps
 from experiments.arms import base
 from experiments.endpoints import command_line
+from transport.core.headers import datagram_size_for_mtu
 from transport.core.schema import AllreduceMetrics
 from transport.io.addressing import DEFAULT_PORT
 
@@ -71,7 +72,10 @@ class Allreduce(base.ArmKind):
 
 
 def _options(ctx: base.ArmContext) -> list[str]:
-    """Transport settings of the arm, and the host link rate for the worker's bandwidth bound."""
+    """Transport settings of the arm, datagrams sized to the fabric's MTU (as the srd arms do; jumbo
+    frames cut the packets, and so the emulator's work, six-fold), and the host link rate for the
+    worker's bandwidth bound."""
     arm = ctx.arm
     return ["--policy", arm.policy, "--recovery", arm.recovery, "--delivery", arm.delivery,
+            "--mtu", str(datagram_size_for_mtu(ctx.topo.mtu)),
             "--seed", str(ctx.seed), "--link-rate-mbps", f"{host_rate_mbps(ctx.topo):g}", "--timeout", "30"]

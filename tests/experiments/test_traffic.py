@@ -132,7 +132,8 @@ def test_round_trip(m):
 
 
 def test_the_matrix_replaces_the_planned_flows_and_sets_the_duration():
-    exp, topo = driver.prepare("ecmp-vs-spray")
+    standard_frames = "leaf-spine:spines=2,leaves=2,hosts=3,host_rate=4,fabric_rate=6,mtu=1500"
+    exp, topo = driver.prepare("ecmp-vs-spray", standard_frames)
     text = "Nodes 6\nConnections 3\n0->3 start 0 size 3000000\n0->4 start 0 size 1000000\n5->0 start 0 size 500000\n"
     out = traffic.apply(exp, topo, traffic.parse(text, "t.cm", hosts=6))
     flows = runner.plan_flows(out.workload, topo, out.seed)

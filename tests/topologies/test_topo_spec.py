@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from topologies import (
+    DEFAULT_MTU,
     DEFAULT_SPEC,
     Link,
     Node,
@@ -81,21 +82,21 @@ def test_three_tier_specs() -> None:
 
 
 def test_mtu_in_every_spec_and_file(tmp_path: Path) -> None:
-    assert parse_spec("leaf-spine").mtu == 1500
-    assert parse_spec("leaf-spine:mtu=9000,spines=2").mtu == 9000
+    assert parse_spec("leaf-spine").mtu == 9000
+    assert parse_spec("leaf-spine:mtu=1500,spines=2").mtu == 1500
     assert parse_spec("in-server:mtu=576").mtu == 576
     assert parse_spec("clos:mtu=9216").mtu == 9216
-    path = tmp_path / "jumbo.yaml"
-    path.write_text("mtu: 9000\n" + YAML_FABRIC)
-    assert load(path).mtu == 9000
-    assert load(tmp_path / "jumbo.yaml") != load(_write(tmp_path / "small.yaml", YAML_FABRIC))
-    assert load(tmp_path / "small.yaml").mtu == 1500
+    path = tmp_path / "standard.yaml"
+    path.write_text("mtu: 1500\n" + YAML_FABRIC)
+    assert load(path).mtu == 1500
+    assert load(tmp_path / "standard.yaml") != load(_write(tmp_path / "jumbo.yaml", YAML_FABRIC))
+    assert load(tmp_path / "jumbo.yaml").mtu == 9000
     # The JSON hand-off keeps it, and a dump without the key reads back with the default.
     back = load_json(dump(parse_spec("fat-tree:k=2,mtu=4000"), tmp_path / "t.json"))
     assert back.mtu == 4000 and back == fat_tree(k=2, mtu=4000)
     data = leaf_spine().to_dict()
     del data["mtu"]
-    assert load_json(_write(tmp_path / "old.json", json.dumps(data))).mtu == 1500
+    assert load_json(_write(tmp_path / "old.json", json.dumps(data))).mtu == DEFAULT_MTU
     data["mtu"] = 100
     with pytest.raises(SpecError, match=r"old\.json: mtu=100 must be in \[576, 9216\] bytes"):
         load_json(_write(tmp_path / "old.json", json.dumps(data)))
