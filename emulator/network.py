@@ -161,7 +161,7 @@ class Fabric:
             if lk.delay_ms > 0 and not self.caps.netem:
                 raise EmulatorError(
                     f"link {lk.name} asks for delay_ms={lk.delay_ms}, but this kernel has no netem "
-                    "(sch_netem): remove the delay, or run in the VM whose kernel has netem"
+                    "(sch_netem): remove the delay, or run it in the VM, whose kernel has netem (make vm-shell)"
                 )
             if lk.loss_pct > 0 and self.caps.loss_method is None:
                 raise EmulatorError(

@@ -68,7 +68,7 @@ def shape_commands(intf: str, imp: Impairment, *, netem: bool) -> list[list[str]
         if not netem:
             raise EmulatorError(
                 f"{intf}: a delay of {imp.delay_ms} ms needs netem (sch_netem), which this kernel lacks; "
-                "remove the delay (delay=0) or run in the VM, whose kernel has netem"
+                "remove the delay (delay=0) or run it in the VM, whose kernel has netem (make vm-shell)"
             )
         leaf = ["netem"]
         if imp.delay_ms > 0:

@@ -1,4 +1,4 @@
-"""What this machine can do for the emulator: root, Open vSwitch, datapath, netem, nftables, tools.
+"""What this machine can do for the emulator: root, Open vSwitch, datapath, netem, RED, nftables, tools.
 
 Every probe is side-effect free for the rest of the machine: kernel features are tried inside a
 throw-away network namespace of our own, which is deleted again.
@@ -27,6 +27,7 @@ class Capabilities:
     kernel_datapath: bool
     netem: bool
     htb: bool
+    red_ecn: bool
     nftables: bool
     nft_egress: bool
     mininet: str | None
@@ -114,6 +115,13 @@ def netem_available() -> bool:
     return _in_scratch_netns([["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]])
 
 
+def red_ecn_available() -> bool:
+    """Whether the kernel has RED (sch_red) and lets it mark ECN instead of dropping."""
+    return _in_scratch_netns([["tc", "qdisc", "add", "dev", "lo", "root", "red", "limit", "400000", "min", "30000",
+                               "max", "90000", "avpkt", "1000", "burst", "55", "bandwidth", "10mbit",
+                               "probability", "0.1", "ecn"]])
+
+
 def htb_available() -> bool:
     return _in_scratch_netns([["tc", "qdisc", "add", "dev", "lo", "root", "handle", "5:", "htb"]])
 
@@ -161,6 +169,7 @@ def capabilities() -> Capabilities:
         kernel_datapath=root and kernel_datapath_available(),
         netem=root and netem_available(),
         htb=root and htb_available(),
+        red_ecn=root and red_ecn_available(),
         nftables=shutil.which("nft") is not None,
         nft_egress=root and nft_egress_available(),
         mininet=mininet_version(),
