@@ -28,7 +28,7 @@ from emulator.control import ControllerClient, ControllerProcess
 from emulator.errors import EmulatorError
 from emulator.shaping import Impairment, InterfaceShaper, rate_change_command
 from emulator.state import BRIDGE_MARK, RunState, active_runs, interface_exists
-from emulator.system import Capabilities, capabilities, require_ready
+from emulator.system import Capabilities, capabilities, require_ready, slowdown
 from topologies.model import DEFAULT_MTU, Link, Topology
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class Fabric:
 
         t_ready = time.monotonic()
         n = len(self.topology.switches)
-        self.controller.wait_ready(self.ready_timeout or 30.0 + 1.0 * n)
+        self.controller.wait_ready(self.ready_timeout or (30.0 + 1.0 * n) * slowdown())
         now = time.monotonic()
         self.timings.ready_s = now - t_ready
         self.timings.bring_up_s = now - t0

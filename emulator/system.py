@@ -19,6 +19,15 @@ log = logging.getLogger(__name__)
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 
 
+def slowdown() -> float:
+    """How many times slower than usual this machine runs (FABRICLAB_SLOWDOWN, default 1): the emulator's
+    waits for processes to start scale by it. The VM sets it under qemu's TCG, where Python runs ~8x slower."""
+    try:
+        return max(1.0, float(os.environ.get("FABRICLAB_SLOWDOWN", "1")))
+    except ValueError:
+        return 1.0
+
+
 @dataclass(frozen=True)
 class Capabilities:
     root: bool

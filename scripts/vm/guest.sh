@@ -11,6 +11,10 @@ export FABRICLAB_DEV_TOOLS=0 VENV=/opt/fabriclab-venv HOME=/root LANG=C.UTF-8 TE
 export PATH=$VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # The project is mounted read-only: keep Python's bytecode on the (throw-away) root disk instead.
 export PYTHONPYCACHEPREFIX=/var/cache/fabriclab-pycache
+# Python runs about 8x slower under qemu's TCG (run.sh says which accelerator on the kernel command
+# line): the emulator's waits for processes to start scale by FABRICLAB_SLOWDOWN.
+accel=$(grep -o 'fabriclab\.accel=[a-z]*' /proc/cmdline | cut -d= -f2)
+if [ "$accel" = tcg ]; then export FABRICLAB_SLOWDOWN=8; fi
 
 t0=$(cut -d' ' -f1 /proc/uptime)
 bash scripts/setup.sh

@@ -55,7 +55,7 @@ qemu_args() {  # $1: kvm or tcg
     if [ "$1" = kvm ]; then accel=(-accel kvm -cpu host); else accel=(-accel tcg,thread=multi -cpu max); fi
     printf '%s\n' "${accel[@]}" -m "$MEM" -smp "$CPUS" -nodefaults -no-user-config -no-reboot \
         -kernel "$dir/vmlinuz" -initrd "$dir/initrd.img" \
-        -append "root=/dev/vda rw console=ttyS0 quiet panic=-1 init=/usr/local/sbin/fabriclab-init fabriclab.mode=$mode" \
+        -append "root=/dev/vda rw console=ttyS0 quiet panic=-1 init=/usr/local/sbin/fabriclab-init fabriclab.mode=$mode fabriclab.accel=$1" \
         -drive "file=$dir/rootfs.ext4,format=raw,if=virtio,snapshot=on" \
         -netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
         -virtfs "local,path=$ROOT,mount_tag=project,security_model=none,readonly=on" \
