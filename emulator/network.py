@@ -82,6 +82,7 @@ class Fabric:
         self.state: RunState | None = None
         self.workdir: Path | None = None
         self.shaper: InterfaceShaper | None = None
+        self._ecn: set[str] = set()  # interfaces whose egress marks ECN (set_ecn)
         self._old_handlers: dict[int, Any] = {}
         self._started = False
 
@@ -120,7 +121,7 @@ class Fabric:
                 "use datapath 'user'"
             )
         self.datapath = datapath
-        self.shaper = InterfaceShaper(netem=caps.netem, nft_egress=caps.nft_egress)
+        self.shaper = InterfaceShaper(netem=caps.netem, nft_egress=caps.nft_egress, red_ecn=caps.red_ecn)
         self._check_impairments_supported()
         self._check_no_clash()
 
@@ -246,10 +247,14 @@ class Fabric:
     def _shape_links(self) -> None:
         assert self.shaper is not None and self.state is not None
         for lk in self.topology.links:
-            imp = Impairment(lk.rate_mbps, lk.delay_ms, lk.loss_pct, lk.queue_packets)
             for end in (lk.a, lk.b):
-                self.state.nft_tables += self._apply(lk, end, imp)
+                self.state.nft_tables += self._apply(lk, end, self._impairment(lk, end))
         self.state.save()
+
+    def _impairment(self, lk: Link, end: str, loss_pct: float | None = None) -> Impairment:
+        """What lk's egress at `end` is configured with now (the topology's values plus runtime changes)."""
+        return Impairment(lk.rate_mbps, lk.delay_ms, lk.loss_pct if loss_pct is None else loss_pct,
+                          lk.queue_packets, ecn=lk.intf(end) in self._ecn)
 
     def _runner_for(self, node_name: str):
         if self.topology.node(node_name).is_switch:
@@ -334,13 +339,33 @@ class Fabric:
         assert self.shaper is not None and self.state is not None
         lk = self._link(a, b)
         ends = {"both": (lk.a, lk.b), "a": (lk.a,), "b": (lk.b,)}[direction]
-        imp = Impairment(lk.rate_mbps, lk.delay_ms, loss_pct, lk.queue_packets)
         for end in ends:
+            imp = self._impairment(lk, end, loss_pct)
             tables = self.shaper.set_loss(lk.intf(end), loss_pct, self._runner_for(end), imp)
             if self.topology.node(end).is_switch:
                 self.state.nft_tables = sorted(set(self.state.nft_tables) | set(tables))
         self.state.save()
         return self.shaper.loss_method or "none"
+
+    def set_ecn(self, a: str, b: str, on: bool = True, direction: str = "both") -> list[str]:
+        """RED with ECN marking on the link a-b's egress queues (on=False restores the plain queue); the
+        link keeps its rate, delay and loss. Returns the interfaces changed. Needs sch_red (the VM)."""
+        assert self.shaper is not None
+        lk = self._link(a, b)
+        ends = {"both": (lk.a, lk.b), "a": (lk.a,), "b": (lk.b,)}[direction]
+        changed = []
+        for end in ends:
+            intf = lk.intf(end)
+            before = set(self._ecn)
+            (self._ecn.add if on else self._ecn.discard)(intf)
+            try:
+                self._apply(lk, end, self._impairment(lk, end))
+            except EmulatorError:
+                self._ecn = before
+                raise
+            changed.append(intf)
+        log.info("link %s: ECN marking %s on %s", lk.name, "on" if on else "off", ", ".join(changed))
+        return changed
 
     def set_rate(self, a: str, b: str, rate_mbps: float) -> None:
         """Change the rate of link a-b in both directions at runtime."""

@@ -30,6 +30,7 @@ GUEST_CHECKS = (
     "spray splits evenly",
     "ecmp pins one spine",
     "delay shows in ping's RTT",
+    "red marks ecn",
     "loss goes through netem",
     "teardown leaves nothing",
 )

@@ -9,6 +9,8 @@ fabriclab's own doctor, Fabric and probe, on the OVS kernel datapath with netem:
   kernel's ovs-system datapath);
 - the probe splits evenly over the spines under spray and pins one spine under ECMP with a fixed port;
 - ping's RTT shows the configured delay of every link on the path, both ways;
+- RED with ECN on a congested link marks ECN-capable packets instead of dropping them (and drops
+  early what is not ECN-capable);
 - loss set on a link goes through netem, and the loss the probe measures matches it;
 - teardown leaves nothing behind.
 """
@@ -44,6 +46,7 @@ SPEC = f"leaf-spine:spines=2,leaves=2,hosts=1,rate=20,delay={DELAY_MS}"
 PROBE_PPS = 400.0
 LOSS_PACKETS = 2000
 PING_COUNT = 30
+ECN_OFFERED = "40M"  # UDP offered to a 20 Mb/s link: RED's queue builds and it must mark or drop
 
 
 @dataclass
@@ -117,6 +120,51 @@ def parse_ping(text: str) -> dict:
             "max_ms": float(r[3])}
 
 
+def red_counters(fab: Fabric, host: str, intf: str) -> dict[str, int]:
+    out = fab.host(host).cmd(f"tc -s qdisc show dev {intf}")
+    m = re.search(r"marked (\d+) early (\d+) pdrop (\d+)", out)
+    return {"marked": int(m[1]), "early": int(m[2]), "pdrop": int(m[3])} if m else {}
+
+
+def congest(fab: Fabric, src: str, dst: str, tos: int) -> str:
+    """Three seconds of UDP above the link's rate, src -> dst, with the given TOS byte (its ECN bits)."""
+    server = fab.host(dst).popen(["iperf3", "-s", "-1", "-p", "5201"], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(60):  # until the server listens (it starts slowly under TCG)
+            out = fab.host(src).cmd(f"iperf3 -c {fab.ip(dst)} -p 5201 -u -b {ECN_OFFERED} -l 1000 -t 3 -S {tos}")
+            if "unable to connect" not in out:
+                return out
+            time.sleep(0.5)
+        return out
+    finally:
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def check_ecn(checks: Checks, fab: Fabric, src: str, dst: str) -> None:
+    # The first queue the traffic meets is the sender's own egress (every link runs at the same rate).
+    sw, _ = fab.topology.host_switch(src)
+    intf = fab.topology.links_between(src, sw)[0].intf(src)
+    fab.set_ecn(src, sw)
+    congest(fab, src, dst, tos=0x02)  # ECT(0)
+    ect = red_counters(fab, src, intf)
+    congest(fab, src, dst, tos=0x00)  # not ECN-capable
+    after = red_counters(fab, src, intf)
+    fab.set_ecn(src, sw, on=False)
+    plain = {k: after[k] - ect[k] for k in after} if ect and after else {}
+    ok = bool(ect) and ect["marked"] > 0 and ect["early"] == 0 and plain.get("marked", 1) == 0 \
+        and plain.get("early", 0) > 0
+    checks.add("red marks ecn", ok,
+               f"{ECN_OFFERED}b/s of UDP into a {fab.topology.links_between(src, sw)[0].rate_mbps} Mb/s link: "
+               f"ECT(0) packets marked {ect.get('marked')}, dropped early {ect.get('early')}; "
+               f"not-ECT packets marked {plain.get('marked')}, dropped early {plain.get('early')}",
+               ect=ect, not_ect=plain)
+
+
 def check_fabric(checks: Checks) -> None:
     topo = parse_spec(SPEC)
     src, dst = topo.hosts[0].name, topo.hosts[-1].name
@@ -158,6 +206,8 @@ def check_fabric(checks: Checks) -> None:
                    + (f"measured min {p['min_ms']:.2f} / avg {p['avg_ms']:.2f} / max {p['max_ms']:.2f} ms"
                       if p else f"ping failed: {out.strip()[-200:]}"),
                    configured_rtt_ms=want_rtt, **p)
+
+        check_ecn(checks, fab, src, dst)
 
         # On the last hop, the switch's egress toward the receiver: every probe packet crosses it once.
         switch_end, _ = topo.host_switch(dst)
