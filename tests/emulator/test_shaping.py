@@ -52,3 +52,21 @@ def test_ecn_without_red_is_one_clear_error():
     with pytest.raises(EmulatorError, match=r"needs RED \(sch_red\).*make vm-shell"):
         shaper.apply("s1-eth1", Impairment(20.0, ecn=True), lambda cmd: (ran.append(cmd), (0, ""))[1])
     assert ran == []
+
+
+def test_delay_without_netem_stops_before_anything_is_created(tmp_path, monkeypatch):
+    from emulator.network import Fabric
+    from emulator.system import Capabilities
+    from topologies import parse_spec
+
+    # A kernel like this project's CI machines': no netem, no RED, no openvswitch module.
+    caps = Capabilities(root=True, ovs_version="3.1.0", ovs_running=True, kernel_datapath=False, netem=False,
+                        htb=True, red_ecn=False, nftables=True, nft_egress=True, mininet="2.3.0",
+                        controller_framework="os-ken 4.0", iperf3="3.12", ethtool=True)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    fab = Fabric(parse_spec("leaf-spine:spines=2,leaves=2,hosts=1,delay=2"), caps=caps)
+    with pytest.raises(EmulatorError) as err:
+        fab.start()
+    message = str(err.value)
+    assert "\n" not in message and "delay_ms=2.0" in message and "make vm-shell" in message
+    assert fab.state is None and list(tmp_path.iterdir()) == []
