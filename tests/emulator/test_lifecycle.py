@@ -105,7 +105,7 @@ def test_up_restarts_a_controller_that_dies(tmp_path):
         text = "".join(lines)
         assert "the controller exited" in text, text
         assert "controller back" in text and "every switch reconnected" in text, text
-        again = [r for r in active_runs() if r.pid == proc.pid][0].controller_pid
+        again = next(r for r in active_runs() if r.pid == proc.pid).controller_pid
         assert again and again != first
         assert proc.poll() is None, "up should keep the fabric after the restart"
     finally:
