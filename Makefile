@@ -23,7 +23,7 @@ demo: setup
 	$(FABRICLAB) demo
 
 test: setup
-	$(VENV)/bin/ruff check topologies emulator transport experiments labs cli tests scripts
+	$(VENV)/bin/ruff check topologies emulator transport experiments live labs cli tests scripts
 	$(PY) -m pytest -q
 
 test-unit: setup
@@ -33,7 +33,7 @@ test-integration: setup
 	$(PY) -m pytest -q -m root
 
 lint: setup
-	$(VENV)/bin/ruff check topologies emulator transport experiments labs cli tests scripts
+	$(VENV)/bin/ruff check topologies emulator transport experiments live labs cli tests scripts
 
 bench: setup
 	$(FABRICLAB) bench transport --json

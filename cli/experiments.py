@@ -13,10 +13,12 @@ from typing import Any
 from cli.args import positive_seconds
 from emulator.errors import EmulatorError
 from emulator.network import raise_terminated
-from experiments.catalogue import ArmNotFound
 from experiments.model import Arm, Experiment
+from experiments.overrides import ArmNotFound
 from experiments.policy_arm import PolicyArmError
+from experiments.records import ResultsWriteError
 from experiments.runner import Reporter
+from experiments.schema import RawArm
 from experiments.traffic import TrafficError
 from topologies import SpecError
 from transport.policy_plugin import add_path_policy_argument
@@ -29,7 +31,7 @@ class ExperimentNotFound(LookupError):
 
 
 USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError, ExperimentNotFound, ArmNotFound, TrafficError,
-               PolicyArmError)
+               PolicyArmError, ResultsWriteError)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -59,7 +61,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
     p = commands.add_parser("report", help="re-render a results directory (table, summary.md, plots)",
                             description="Re-render summary.md and the plots of a stored run from its results.json, "
-                            "and print its table.")
+                            "and print its table. A run that never wrote results.json (it crashed or was "
+                            "killed) is rebuilt from the records its finished arms left.")
     p.add_argument("dir", metavar="DIR", help="results directory (results/NAME/<timestamp>) or its results.json")
     p.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
     p.set_defaults(func=cmd_report)
@@ -76,7 +79,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "fidelity", help="does the emulator keep up with the demo? CPU idle and CPU per packet, per component",
         description="Run ecmp-vs-spray on the demo's fabric and on a 16-host 4x4x4 permutation (or the "
         "fabrics given with --topo) and print, per arm: the fidelity verdict (CPU idle min and mean over the "
-        "traffic window; trusted needs at least 35 %% idle), goodput as a share of the ideal and of what the "
+        "traffic window; trusted needs at least 35 % idle), goodput as a share of the ideal and of what the "
         "wire format allows, and CPU seconds per million packets delivered for Open vSwitch, the "
         "endpoints, the controller, the runner and the rest. Takes a few minutes.")
     p.add_argument("--topo", action="append", default=None, metavar="SPEC",
@@ -87,6 +90,46 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    help="results root (default: results)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_bench_fidelity)
+
+    p = bench.add_parser(
+        "capacity", help="the highest per-host rate each fabric carries trusted, and CPU per packet",
+        description="For the demo's fabric, 4x4x4 leaf-spine at 1500 and 9000 bytes, and fat-tree k=4 and k=8: "
+        "what one switch traversal costs Open vSwitch, and, found by bisection over real runs, the highest "
+        "per-host link rate at which the sprayed permutation of ecmp-vs-spray stays trusted (CPU idle min >= "
+        "35 %), with CPU seconds per million delivered packets per component at that rate. By default both "
+        "ways of running the switches are measured side by side: a private Open vSwitch per switch and one "
+        "shared daemon. The full bench takes about an hour; --quick about ten minutes.")
+    p.add_argument("--cases", type=_case_names, default=None, metavar="NAME,...",
+                   help="fabrics to measure (default: all): " + ", ".join(c.name for c in capacity_cases()))
+    p.add_argument("--quick", action="store_true", help="only the demo and 4x4x4-1500, one bisection step")
+    p.add_argument("--switch-daemons", choices=("both", "per-switch", "shared"), default="both",
+                   help="which way of running the switches to measure (default: %(default)s)")
+    p.add_argument("--start", type=float, default=4.0, metavar="MBPS",
+                   help="first per-host rate to try (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=2, metavar="N",
+                   help="bisection steps after the verdict flips (default: %(default)s)")
+    p.add_argument("--duration", type=positive_seconds, default=6.0, metavar="S",
+                   help="seconds of traffic per probe (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",
+                   help="results root; each probe's run lands in DIR/capacity/ (default: results)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_bench_capacity)
+
+
+def capacity_cases() -> tuple:
+    from experiments.capacity_bench import CASES
+
+    return CASES
+
+
+def _case_names(text: str) -> tuple[str, ...]:
+    known = {c.name for c in capacity_cases()}
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in known]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown fabric {', '.join(unknown) or '(none given)'}; choose from {', '.join(sorted(known))}")
+    return names
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -137,7 +180,7 @@ class RichReporter(Reporter):
         self.progress.update(self.task, completed=self.index + fraction,
                              description=f"{self.name}: {note or 'traffic'}")
 
-    def arm_finished(self, index: int, arm: Arm, result: dict[str, Any]) -> None:
+    def arm_finished(self, index: int, arm: Arm, result: RawArm) -> None:
         self.progress.update(self.task, completed=index + 1, description=f"{arm.name}: done")
         if result.get("error"):
             self.console.print(f"[red]{arm.name} failed:[/red] {result['error']}")
@@ -207,6 +250,23 @@ def cmd_bench_fidelity(args: argparse.Namespace) -> int:
     result = fidelity_bench.run_fidelity_bench(
         cases, args.duration, args.out, progress=lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
     print(json.dumps(result, indent=1) if args.json else fidelity_bench.text_report(result))
+    return 0
+
+
+def cmd_bench_capacity(args: argparse.Namespace) -> int:
+    from experiments import capacity_bench
+
+    if args.start <= 0 or args.steps < 0:
+        print("fabriclab bench capacity: --start must be positive and --steps at least 0", file=sys.stderr)
+        return 2
+    names = args.cases or (capacity_bench.QUICK if args.quick else tuple(c.name for c in capacity_bench.CASES))
+    cases = [c for c in capacity_bench.CASES if c.name in names]
+    isolations = list(capacity_bench.ISOLATIONS) if args.switch_daemons == "both" else [args.switch_daemons]
+    signal.signal(signal.SIGTERM, raise_terminated)
+    result = capacity_bench.run_capacity_bench(
+        cases, isolations, args.out, start=args.start, steps=1 if args.quick else args.steps,
+        duration=args.duration, progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
+    print(json.dumps(result, indent=1) if args.json else capacity_bench.text_report(result))
     return 0
 
 

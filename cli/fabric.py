@@ -10,7 +10,7 @@ import sys
 import time
 
 from emulator.errors import EmulatorError
-from emulator.network import MODES, Fabric, Terminated, raise_terminated
+from emulator.network import ISOLATION_ENV, ISOLATIONS, MODES, Fabric, Terminated, raise_terminated
 from topologies import DEFAULT_SPEC, SpecError, parse_spec
 
 log = logging.getLogger(__name__)
@@ -56,9 +56,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.set_defaults(func=cmd_doctor)
 
     p = commands.add_parser("clean", help="remove what fabriclab left behind (and nothing else)",
-                            description="Remove namespaces' shells, OVS bridges, interfaces, nftables tables and "
-                            "controller processes recorded by fabriclab runs that are no longer running. Touches "
-                            "nothing fabriclab did not create.")
+                            description="Remove what fabriclab runs that are no longer running recorded: node shells, "
+                            "per-switch Open vSwitch daemons, controller processes (each by the pid it recorded, "
+                            "checked against its command line), work directories, and OVS bridges, interfaces "
+                            "and nftables tables of shared-daemon runs. Touches nothing fabriclab did not "
+                            "create.")
     p.add_argument("--force", action="store_true", help="also tear down runs whose process is still alive")
     p.set_defaults(func=cmd_clean)
 
@@ -69,6 +71,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--cli", action="store_true", help="open the Mininet CLI; the fabric goes down when you exit it")
     p.add_argument("--hold", type=float, default=None, metavar="S",
                    help="tear down after S seconds instead of waiting for Ctrl-C")
+    p.add_argument("--switch-daemons", choices=ISOLATIONS, default=None,
+                   help="per-switch: each switch runs its own Open vSwitch in its own namespace, so a "
+                   "traversal costs the same in any fabric (the default on the userspace datapath); shared: "
+                   f"every switch a bridge of the system's daemon (the default on the kernel datapath). "
+                   f"Other commands follow {ISOLATION_ENV}")
     p.set_defaults(func=cmd_up)
 
     p = commands.add_parser("probe", help="send UDP packets src->dst and count how many crossed each spine",
@@ -165,7 +172,8 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 def _describe(fab: Fabric) -> str:
     lines = [f"fabric {fab.topology.name}: {len(fab.topology.switches)} switches, {len(fab.topology.hosts)} hosts, "
-             f"mode {fab.mode}, {fab.datapath} datapath, up in {fab.timings.bring_up_s:.1f} s",
+             f"mode {fab.mode}, {fab.datapath} datapath ({fab.isolation} switch daemons), "
+             f"up in {fab.timings.bring_up_s:.1f} s",
              f"controller API: {fab.api.base}"]
     for h in fab.topology.hosts:
         sw, port = fab.topology.host_switch(h.name)
@@ -176,22 +184,54 @@ def _describe(fab: Fabric) -> str:
 def cmd_up(args: argparse.Namespace) -> int:
     topo = parse_spec(args.topo)
     signal.signal(signal.SIGTERM, raise_terminated)
+    rc = 0
     try:
-        with Fabric(topo, mode=args.mode) as fab:
+        with Fabric(topo, mode=args.mode, isolation=args.switch_daemons) as fab:
             print(_describe(fab), flush=True)
             if args.cli:
                 from mininet.cli import CLI
 
                 CLI(fab.net)
-            elif args.hold is not None:
-                time.sleep(args.hold)
             else:
-                print("fabric is up; press Ctrl-C to tear it down", flush=True)
-                while True:
-                    time.sleep(3600)
+                if args.hold is None:
+                    print("fabric is up; press Ctrl-C to tear it down", flush=True)
+                rc = _watch(fab, args.hold)
     except (KeyboardInterrupt, Terminated):
         pass
     print("fabric torn down", file=sys.stderr)
+    return rc
+
+
+# Restarts of a dying controller before `up` gives up and tears the fabric down.
+MAX_CONTROLLER_RESTARTS = 3
+
+
+def _watch(fab: Fabric, hold: float | None, poll: float = 0.5) -> int:
+    """Hold the fabric up (for `hold` seconds, or until a signal), watching its controller: when it
+    dies, say so at once and start it again; after MAX_CONTROLLER_RESTARTS failures in a row, give up."""
+    deadline = None if hold is None else time.monotonic() + hold
+    failures = 0
+    while deadline is None or time.monotonic() < deadline:
+        time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+        code = fab.controller_exit()
+        if code is None:
+            failures = 0
+            continue
+        print(f"the controller exited (status {code}): the switches keep their rules, but nothing reroutes "
+              f"or counts until it is back; restarting it", file=sys.stderr, flush=True)
+        try:
+            took = fab.restart_controller()
+        except EmulatorError as exc:
+            failures += 1
+            first = str(exc).splitlines()[0]
+            if failures >= MAX_CONTROLLER_RESTARTS:
+                print(f"fabriclab up: the controller did not come back after {failures} restarts ({first}); "
+                      "tearing the fabric down", file=sys.stderr, flush=True)
+                return 1
+            print(f"restart failed ({first}); trying again", file=sys.stderr, flush=True)
+            continue
+        print(f"controller back (pid {fab.controller.pid if fab.controller else '?'}): every switch "
+              f"reconnected and has its rules again, in {took:.1f} s", file=sys.stderr, flush=True)
     return 0
 
 

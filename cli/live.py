@@ -10,8 +10,8 @@ import sys
 
 from cli.args import number_arg, port_or_any, positive_seconds
 from emulator.errors import EmulatorError
-from experiments.live.controls import MODES, POLICIES
-from experiments.live.workload import WORKLOADS
+from live.controls import MODES, POLICIES
+from live.workload import WORKLOADS
 from topologies import SpecError
 from transport.policy_plugin import add_path_policy_argument
 
@@ -100,26 +100,26 @@ def build_backend(args: argparse.Namespace):
         raise LiveError(f"{args.topo} has {len(topo.hosts)} host(s); the workload needs at least two")
     policy = args.path_policy or args.policy
     if args.fake:
-        from experiments.live.backend import FakeBackend
+        from live.backend import FakeBackend
 
         return FakeBackend(topo, mode=args.mode, policy=policy, workload=args.workload, seed=args.seed)
     from emulator.system import capabilities, require_ready
-    from experiments.live.backend import FabricBackend
+    from live.backend import FabricBackend
 
     require_ready(capabilities())  # root, Open vSwitch, ...: one line with the fix, before serving anything
     return FabricBackend(topo, mode=args.mode, policy=policy, workload=args.workload, seed=args.seed)
 
 
 def cmd_live(args: argparse.Namespace) -> int:
-    from experiments.live.session import LiveSession
+    from live.session import LiveSession
 
     backend = build_backend(args)
     session = LiveSession(backend, interval=args.interval)
     if args.tui:
-        from experiments.live.tui import run_tui
+        from live.tui import run_tui
 
         return asyncio.run(_with_signals(lambda stop: run_tui(session, stop), args.duration))
-    from experiments.live.server import is_loopback, serve
+    from live.server import is_loopback, serve
 
     def announce(url: str) -> None:
         until = f"for {args.duration:g} s; " if args.duration else ""
@@ -164,7 +164,7 @@ async def _with_signals(main, duration: float | None = None) -> int:
 def cmd_bench_live(args: argparse.Namespace) -> int:
     import json
 
-    from experiments.live.bench import run_live_bench
+    from live.bench import run_live_bench
 
     if args.seconds <= 0:
         raise LiveError("--seconds must be positive")

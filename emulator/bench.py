@@ -68,10 +68,10 @@ def forwarding_ceiling(seconds: float, progress: Callable[[str], None], size: in
     with Fabric(topo, mode="ecmp") as fab:
         switches = [s.name for s in topo.switches]
         for offered in OFFERED_PPS:
-            before = {s: switch_rx_packets(s) for s in switches}
+            before = {s: switch_rx_packets(fab.ofctl_target(s)) for s in switches}
             r = run_probe(fab, "h1", "h2", packets=int(offered * seconds), entropy="fixed", rate_pps=offered,
                           size=size)
-            after = {s: switch_rx_packets(s) for s in switches}
+            after = {s: switch_rx_packets(fab.ofctl_target(s)) for s in switches}
             dur = max(r.duration_s, 1e-6)
             delivered = r.packets_received / r.packets_sent
             steps.append({

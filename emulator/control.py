@@ -76,8 +76,10 @@ class ControllerClient:
 class ControllerProcess:
     """The OpenFlow controller app, run by os-ken in a child process of ours."""
 
-    def __init__(self, topology_file: Path, mode: str, workdir: Path, poll_interval: float = 0.5) -> None:
+    def __init__(self, topology_file: Path, mode: str, workdir: Path, poll_interval: float = 0.5,
+                 of_socket: Path | None = None) -> None:
         self.topology_file = topology_file
+        self.of_socket = of_socket
         self.mode = mode
         self.poll_interval = poll_interval
         self.log_file = workdir / "controller.log"
@@ -90,6 +92,12 @@ class ControllerProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    def exit_code(self) -> int | None:
+        """None while the controller runs; its exit status once it has ended (or was never started)."""
+        if self.proc is None:
+            return -1
+        return self.proc.poll()
+
     def start(self) -> None:
         cmd = [
             sys.executable, "-m", "emulator.controller",
@@ -100,6 +108,8 @@ class ControllerProcess:
             "--poll-interval", str(self.poll_interval),
             "--log-file", str(self.log_file),
         ]
+        if self.of_socket is not None:
+            cmd += ["--of-socket", str(self.of_socket)]
         log.info("starting controller: of-port %d, api-port %d", self.of_port, self.api_port)
         # Own session: a Ctrl-C in the terminal reaches us, and we stop the controller in order.
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -116,7 +126,7 @@ class ControllerProcess:
             return ""
 
     def wait_listening(self, timeout: float = 20.0) -> None:
-        """Wait until both the OpenFlow port and the API answer."""
+        """Wait until the OpenFlow port (and unix socket, if asked for) and the API answer."""
         timeout *= slowdown()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -127,9 +137,14 @@ class ControllerProcess:
             try:
                 self.client.health()
                 with socket.create_connection((LOOPBACK, self.of_port), timeout=0.5):
-                    return
+                    pass
             except (OSError, EmulatorError):
                 time.sleep(0.05)
+                continue
+            # The unix socket is bound when the app starts, just after the API.
+            if self.of_socket is None or self.of_socket.exists():
+                return
+            time.sleep(0.05)
         raise EmulatorError(f"the controller did not start listening within {timeout:.0f} s; log:\n{self.log_tail()}")
 
     def wait_ready(self, timeout: float) -> dict:

@@ -60,6 +60,17 @@ def own_cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def _cpu_seconds(pids: int | list[int] | None) -> float | None:
+    """One process's CPU seconds, or the sum over a component's processes (None if any is gone: a
+    partial sum would undercount)."""
+    if isinstance(pids, list):
+        if not pids:
+            return None
+        parts = [process_cpu_seconds(p) for p in pids]
+        return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+    return process_cpu_seconds(pids)
+
+
 @dataclass
 class CpuSnapshot:
     busy_s: float  # machine-wide busy CPU seconds (all cores) since boot
@@ -72,15 +83,15 @@ def machine_busy_seconds() -> float:
 
 
 class CpuLedger:
-    """Charges CPU over a window to named processes. `pids` maps a component to its process id; the
-    runner itself is always `runner`."""
+    """Charges CPU over a window to named processes. `pids` maps a component to its process id, or to the
+    list of its processes (per-switch Open vSwitch daemons); the runner itself is always `runner`."""
 
-    def __init__(self, pids: dict[str, int | None]) -> None:
+    def __init__(self, pids: dict[str, int | list[int] | None]) -> None:
         self.pids = dict(pids)
         self.start: CpuSnapshot | None = None
 
     def snapshot(self) -> CpuSnapshot:
-        comps = {name: process_cpu_seconds(pid) for name, pid in self.pids.items()}
+        comps = {name: _cpu_seconds(pid) for name, pid in self.pids.items()}
         comps["runner"] = own_cpu_seconds()
         return CpuSnapshot(machine_busy_seconds(), comps)
 

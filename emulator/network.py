@@ -26,7 +26,8 @@ from typing import Any
 
 from emulator.control import ControllerClient, ControllerProcess
 from emulator.errors import EmulatorError
-from emulator.shaping import Impairment, InterfaceShaper, rate_change_command
+from emulator.ovs_daemons import RECONNECT_MS
+from emulator.shaping import Impairment, InterfaceShaper, initial_shape_commands, rate_change_command, tc_batch
 from emulator.state import BRIDGE_MARK, RunState, active_runs, interface_exists
 from emulator.system import Capabilities, capabilities, require_ready, slowdown
 from topologies.model import DEFAULT_MTU, Link, Topology
@@ -34,6 +35,12 @@ from topologies.model import DEFAULT_MTU, Link, Topology
 log = logging.getLogger(__name__)
 
 MODES = ("ecmp", "spray", "single", "local", "via-tor")
+# How switches map onto Open vSwitch daemons: one private daemon per switch in the switch's own
+# namespace (see emulator.ovs_switch: a traversal then costs the same in any fabric), or every bridge in
+# the system's one daemon (right for the kernel datapath, whose forwarding is not done by polling).
+ISOLATIONS = ("per-switch", "shared")
+# Overrides the default for every fabric a process brings up (benchmarks compare the two this way).
+ISOLATION_ENV = "FABRICLAB_SWITCH_DAEMONS"
 
 
 @dataclass
@@ -41,6 +48,9 @@ class FabricTimings:
     bring_up_s: float = 0.0
     ready_s: float = 0.0  # part of bring_up_s spent waiting for the controller's rules
     teardown_s: float = 0.0
+
+
+ROOT_NAMESPACE = ""  # key of the root namespace among per-node command batches
 
 
 def _root_runner(cmd: list[str]) -> tuple[int, str]:
@@ -69,6 +79,7 @@ class Fabric:
     topology: Topology
     mode: str = "ecmp"
     datapath: str | None = None  # "kernel" | "user"; None picks kernel where the module exists
+    isolation: str | None = None  # "per-switch" | "shared"; None: per-switch on the userspace datapath
     poll_interval: float = 0.5
     ready_timeout: float | None = None
     caps: Capabilities | None = None
@@ -77,12 +88,15 @@ class Fabric:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise EmulatorError(f"unknown mode '{self.mode}'; choose one of {', '.join(MODES)}")
+        if self.isolation is not None and self.isolation not in ISOLATIONS:
+            raise EmulatorError(f"unknown switch isolation '{self.isolation}'; choose one of {', '.join(ISOLATIONS)}")
         self.net: Any = None
         self.controller: ControllerProcess | None = None
         self.state: RunState | None = None
         self.workdir: Path | None = None
         self.shaper: InterfaceShaper | None = None
         self._ecn: set[str] = set()  # interfaces whose egress marks ECN (set_ecn)
+        self._loss: dict[str, float] = {}  # interfaces whose loss was changed at runtime (set_loss)
         self._old_handlers: dict[int, Any] = {}
         self._started = False
 
@@ -121,6 +135,16 @@ class Fabric:
                 "use datapath 'user'"
             )
         self.datapath = datapath
+        isolation = self.isolation or os.environ.get(ISOLATION_ENV) or (
+            "per-switch" if datapath == "user" else "shared")
+        if isolation not in ISOLATIONS:
+            raise EmulatorError(f"{ISOLATION_ENV}={isolation}: choose one of {', '.join(ISOLATIONS)}")
+        if isolation == "per-switch" and datapath != "user":
+            raise EmulatorError(
+                "per-switch Open vSwitch instances run the userspace datapath; with the kernel datapath "
+                "use isolation 'shared'"
+            )
+        self.isolation = isolation
         self.shaper = InterfaceShaper(netem=caps.netem, nft_egress=caps.nft_egress, red_ecn=caps.red_ecn)
         self._check_impairments_supported()
         self._check_no_clash()
@@ -128,23 +152,28 @@ class Fabric:
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         self.workdir = Path(tempfile.mkdtemp(prefix=f"fabriclab-{run_id}-"))
         self.state = RunState(run_id=run_id, topology=self.topology.name, workdir=str(self.workdir))
-        self.state.bridges = [s.name for s in self.topology.switches]
+        # Per-switch daemons are found through their pidfiles in the work directory; their bridges
+        # and ports live and die with the switches' namespaces.
+        self.state.bridges = [] if self.isolated else [s.name for s in self.topology.switches]
         self.state.interfaces = self._root_interfaces()
         self.state.save()
 
         topo_file = self.workdir / "topology.json"
         topo_file.write_text(json.dumps(self.topology.to_dict(), indent=1))
-        self.controller = ControllerProcess(topo_file, self.mode, self.workdir, self.poll_interval)
+        of_socket = self.workdir / "of.sock" if self.isolated else None
+        self.controller = ControllerProcess(topo_file, self.mode, self.workdir, self.poll_interval,
+                                            of_socket=of_socket)
         self.controller.start()
         self.state.controller_pid = self.controller.pid
         self.state.save()
         self.controller.wait_listening()
 
-        self._build_mininet()
-        self._configure_hosts()
-        self._start_switches()
-        # After the switches: adding a port to OVS resets the interface's qdisc.
-        self._shape_links()
+        for phase in (self._build_mininet, self._configure_hosts, self._start_switches,
+                      # After the switches: adding a port to OVS resets the interface's qdisc.
+                      self._shape_links):
+            t_phase = time.monotonic()
+            phase()
+            log.debug("%s took %.2f s", phase.__name__, time.monotonic() - t_phase)
 
         t_ready = time.monotonic()
         n = len(self.topology.switches)
@@ -153,8 +182,12 @@ class Fabric:
         self.timings.ready_s = now - t_ready
         self.timings.bring_up_s = now - t0
         self._started = True
-        log.info("fabric %s up in %.1f s (%s datapath, mode %s)", self.topology.name,
-                 self.timings.bring_up_s, self.datapath, self.mode)
+        log.info("fabric %s up in %.1f s (%s datapath, %s switch daemons, mode %s)", self.topology.name,
+                 self.timings.bring_up_s, self.datapath, self.isolation, self.mode)
+
+    @property
+    def isolated(self) -> bool:
+        return self.isolation == "per-switch"
 
     def _check_impairments_supported(self) -> None:
         assert self.caps is not None
@@ -171,7 +204,10 @@ class Fabric:
                 )
 
     def _root_interfaces(self) -> list[str]:
-        """Interfaces this fabric creates in the root namespace (the switch ends of links)."""
+        """Interfaces this fabric creates in the root namespace (the switch ends of links, unless the
+        switches have namespaces of their own)."""
+        if self.isolated:
+            return []
         names = []
         for lk in self.topology.links:
             for end in (lk.a, lk.b):
@@ -200,11 +236,20 @@ class Fabric:
         from mininet.node import OVSSwitch
 
         setLogLevel("error" if log.getEffectiveLevel() > logging.DEBUG else "info")
-        switch_cls = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure",
-                             inband=False, batch=True)
+        assert self.state is not None and self.controller is not None
+        switch_cls: Any
+        if self.isolated:
+            from emulator.ovs_switch import IsolatedOVSSwitch
+
+            mtu = self.topology.mtu if self.topology.mtu != DEFAULT_MTU else None
+            switch_cls = partial(IsolatedOVSSwitch, workdir=str(self.workdir),
+                                 controller=str(self.controller.of_socket),
+                                 mark=(BRIDGE_MARK, self.state.run_id), mtu=mtu)
+        else:
+            switch_cls = partial(OVSSwitch, datapath=self.datapath, protocols="OpenFlow13", failMode="secure",
+                                 inband=False, batch=True)
         net = self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                  autoStaticArp=False, switch=switch_cls, link=MnLink, waitConnected=False)
-        assert self.state is not None
         for node in self.topology.nodes:
             if node.is_switch:
                 net.addSwitch(node.name, dpid=f"{node.dpid:016x}")
@@ -245,35 +290,78 @@ class Fabric:
                 path.write_text("1")
 
     def _shape_links(self) -> None:
-        assert self.shaper is not None and self.state is not None
+        """Every link end's qdiscs, as one `tc -batch` per namespace, all namespaces at once (one
+        command per interface would cost a process each: ~2,500 on a k=8 fat-tree), then random loss
+        where a link has it (nftables, or netem inside the batch)."""
+        assert self.shaper is not None and self.state is not None and self.workdir is not None
+        per_node: dict[str, list[list[str]]] = {}
+        lossy: list[tuple[Link, str, Impairment]] = []
         for lk in self.topology.links:
             for end in (lk.a, lk.b):
-                self.state.nft_tables += self._apply(lk, end, self._impairment(lk, end))
+                imp = self._impairment(lk, end)
+                cmds = initial_shape_commands(lk.intf(end), imp, netem=self.shaper.netem)
+                key = ROOT_NAMESPACE if self._in_root_namespace(end) else end
+                per_node.setdefault(key, []).extend(cmds)
+                if imp.loss_pct > 0 and not self.shaper.netem:
+                    lossy.append((lk, end, imp))
+        self._run_tc_batches(per_node)
+        for lk, end, imp in lossy:
+            tables = self.shaper.set_loss(lk.intf(end), imp.loss_pct, self._runner_for(end), imp)
+            if self._in_root_namespace(end):
+                self.state.nft_tables += tables
         self.state.save()
+
+    def _run_tc_batches(self, per_node: dict[str, list[list[str]]]) -> None:
+        assert self.workdir is not None
+        started = []
+        for key, cmds in per_node.items():
+            if not cmds:
+                continue
+            path = self.workdir / f"tc-{key}.batch"
+            path.write_text(tc_batch(cmds))
+            if key == ROOT_NAMESPACE:
+                code, out = _root_runner(["tc", "-batch", str(path)])
+                if code != 0:
+                    raise EmulatorError(f"shaping the root namespace's interfaces failed: {out.strip()[-300:]}")
+                continue
+            node = self.net[key]
+            node.sendCmd(f"tc -batch {path}; echo tc-exit=$?")
+            started.append(node)
+        failed = []
+        for node in started:
+            out = node.waitOutput()
+            if "tc-exit=0" not in out:
+                failed.append(f"{node.name}: {out.strip()[-300:]}")
+        if failed:
+            raise EmulatorError("shaping links failed: " + "; ".join(failed))
 
     def _impairment(self, lk: Link, end: str, loss_pct: float | None = None) -> Impairment:
         """What lk's egress at `end` is configured with now (the topology's values plus runtime changes)."""
-        return Impairment(lk.rate_mbps, lk.delay_ms, lk.loss_pct if loss_pct is None else loss_pct,
-                          lk.queue_packets, ecn=lk.intf(end) in self._ecn)
+        if loss_pct is None:
+            loss_pct = self._loss.get(lk.intf(end), lk.loss_pct)
+        return Impairment(lk.rate_mbps, lk.delay_ms, loss_pct, lk.queue_packets, ecn=lk.intf(end) in self._ecn)
 
     def _runner_for(self, node_name: str):
-        if self.topology.node(node_name).is_switch:
+        if self.topology.node(node_name).is_switch and not self.isolated:
             return _root_runner
         return partial(_host_runner, self.net[node_name])
 
-    def _apply(self, lk: Link, end: str, imp: Impairment) -> list[str]:
-        assert self.shaper is not None
-        tables = self.shaper.apply(lk.intf(end), imp, self._runner_for(end))
-        # Tables inside a host's namespace vanish with it; only root-namespace ones need a record.
-        return tables if self.topology.node(end).is_switch else []
+    def _in_root_namespace(self, node_name: str) -> bool:
+        return self.topology.node(node_name).is_switch and not self.isolated
 
     def _start_switches(self) -> None:
         assert self.controller is not None and self.state is not None
         self.net.start()
+        if self.isolated:
+            # Each switch's own script made its bridge, ports, MTU and controller; record its daemons.
+            self.state.daemon_pids = self.ovs_pids(all_daemons=True)
+            self.state.save()
+            return
         target = f"tcp:127.0.0.1:{self.controller.of_port}"
         cmd = ["ovs-vsctl", "--timeout=30"]
         for s in self.topology.switches:
             cmd += ["--", "set-controller", s.name, target,
+                    "--", "set", "controller", s.name, f"max_backoff={RECONNECT_MS}",
                     "--", "set", "bridge", s.name, f"external_ids:{BRIDGE_MARK}={self.state.run_id}"]
         code, out = _root_runner(cmd)
         if code != 0:
@@ -304,11 +392,58 @@ class Fabric:
     def host(self, name: str) -> Any:
         return self.net[name]
 
+    def namespaced_nodes(self) -> list[Any]:
+        """Mininet nodes with a network namespace of their own: the hosts, and the switches when they
+        run per-switch daemons."""
+        names = [n.name for n in self.topology.nodes if not self._in_root_namespace(n.name)]
+        return [self.net[name] for name in names]
+
+    def ofctl_target(self, switch: str) -> str:
+        """What `ovs-ofctl` takes to reach a switch: its bridge name, or its private management socket."""
+        if self.isolated:
+            return self.net[switch].ofctl_target
+        return switch
+
+    def ovs_pids(self, all_daemons: bool = False) -> list[int]:
+        """The ovs-vswitchd processes forwarding this fabric's packets (with all_daemons, their database
+        servers too): one per switch, or the system's one daemon."""
+        if self.isolated:
+            from emulator.ovs_daemons import all_daemon_pids, vswitchd_pids
+
+            assert self.workdir is not None
+            return all_daemon_pids(self.workdir) if all_daemons else vswitchd_pids(self.workdir)
+        from emulator.cpu import ovs_pid
+
+        pid = ovs_pid()
+        return [pid] if pid else []
+
     def ip(self, name: str) -> str:
         addr = self.topology.node(name).address
         if addr is None:
             raise EmulatorError(f"{name} is not a host")
         return addr
+
+    def controller_exit(self) -> int | None:
+        """None while the controller runs, else its exit status: the switches keep forwarding with the
+        rules they hold, but nothing reroutes around a failure and no counters are read."""
+        if self.controller is None:
+            raise EmulatorError("the fabric is not running")
+        return self.controller.exit_code()
+
+    def restart_controller(self) -> float:
+        """Start the controller again, on the same ports and socket, in the current mode; the switches
+        reconnect by themselves (within RECONNECT_MS) and get their rules again. Returns seconds to ready."""
+        if self.controller is None or self.state is None:
+            raise EmulatorError("the fabric is not running")
+        t0 = time.monotonic()
+        self.controller.stop()
+        self.controller.mode = self.mode
+        self.controller.start()
+        self.state.controller_pid = self.controller.pid
+        self.state.save()
+        self.controller.wait_listening()
+        self.controller.wait_ready(self.ready_timeout or (30.0 + 1.0 * len(self.topology.switches)) * slowdown())
+        return time.monotonic() - t0
 
     def set_mode(self, mode: str) -> dict:
         if mode not in MODES:
@@ -342,7 +477,8 @@ class Fabric:
         for end in ends:
             imp = self._impairment(lk, end, loss_pct)
             tables = self.shaper.set_loss(lk.intf(end), loss_pct, self._runner_for(end), imp)
-            if self.topology.node(end).is_switch:
+            self._loss[lk.intf(end)] = loss_pct
+            if self._in_root_namespace(end):
                 self.state.nft_tables = sorted(set(self.state.nft_tables) | set(tables))
         self.state.save()
         return self.shaper.loss_method or "none"
@@ -350,7 +486,7 @@ class Fabric:
     def set_ecn(self, a: str, b: str, on: bool = True, direction: str = "both") -> list[str]:
         """RED with ECN marking on the link a-b's egress queues (on=False restores the plain queue); the
         link keeps its rate, delay and loss. Returns the interfaces changed. Needs sch_red (the VM)."""
-        assert self.shaper is not None
+        assert self.shaper is not None and self.state is not None
         lk = self._link(a, b)
         ends = {"both": (lk.a, lk.b), "a": (lk.a,), "b": (lk.b,)}[direction]
         changed = []
@@ -359,11 +495,14 @@ class Fabric:
             before = set(self._ecn)
             (self._ecn.add if on else self._ecn.discard)(intf)
             try:
-                self._apply(lk, end, self._impairment(lk, end))
+                tables = self.shaper.apply(intf, self._impairment(lk, end), self._runner_for(end))
             except EmulatorError:
                 self._ecn = before
                 raise
+            if self._in_root_namespace(end):
+                self.state.nft_tables = sorted(set(self.state.nft_tables) | set(tables))
             changed.append(intf)
+        self.state.save()
         log.info("link %s: ECN marking %s on %s", lk.name, "on" if on else "off", ", ".join(changed))
         return changed
 

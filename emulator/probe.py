@@ -62,7 +62,8 @@ _RX = re.compile(r"port\s+(\w+):\s+rx pkts=(\d+)")
 
 
 def switch_rx_packets(switch: str) -> int:
-    """Packets received on all OpenFlow ports of a switch, read from OVS."""
+    """Packets received on all OpenFlow ports of a switch, read from OVS; `switch` is what ovs-ofctl
+    takes (`Fabric.ofctl_target`: the bridge's name, or its daemon's management socket)."""
     out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch],
                          capture_output=True, text=True, timeout=10)
     if out.returncode != 0:
@@ -134,7 +135,7 @@ def run_probe(
     )
     try:
         _wait_for(ready_file, recv, 10.0 * slow)
-        before = {s: switch_rx_packets(s) for s in switches}
+        before = {s: switch_rx_packets(fab.ofctl_target(s)) for s in switches}
         sources = ROTATE_SOURCES if entropy == "rotate" else 1
         send = fab.host(src).popen(
             [sys.executable, "-m", "emulator.probe_agent", "send", "--dst", fab.ip(dst), "--port",
@@ -153,7 +154,7 @@ def run_probe(
         if not out_file.exists():
             raise EmulatorError(f"probe receiver failed: {recv.stderr.read().decode().strip()[-300:]}")
         got = json.loads(out_file.read_text())
-        after = {s: switch_rx_packets(s) for s in switches}
+        after = {s: switch_rx_packets(fab.ofctl_target(s)) for s in switches}
     finally:
         if recv.poll() is None:
             recv.kill()

@@ -76,17 +76,17 @@ def parse_qdisc_drops(text: str) -> dict[str, dict[str, int]]:
 
 
 def qdisc_drops(fab: Any) -> dict[str, dict[str, int]]:
-    """Root-qdisc counters of every shaped interface: switch ends in the root namespace, host ends in
-    the hosts' namespaces."""
+    """Root-qdisc counters of every shaped interface: those in the root namespace (switch ends, when
+    the switches share the system's daemon), then those in every node's own namespace."""
     result: dict[str, dict[str, int]] = {}
     try:
         out = subprocess.run(["tc", "-s", "qdisc", "show"], capture_output=True, text=True, timeout=20)
         result.update(parse_qdisc_drops(out.stdout))
     except (OSError, subprocess.SubprocessError) as exc:
         log.debug("tc -s qdisc: %s", exc)
-    for h in fab.topology.hosts:
+    for node in fab.namespaced_nodes():
         try:
-            result.update(parse_qdisc_drops(fab.host(h.name).cmd("tc -s qdisc show")))
+            result.update(parse_qdisc_drops(node.cmd("tc -s qdisc show")))
         except Exception as exc:
-            log.debug("tc in %s: %s", h.name, exc)
+            log.debug("tc in %s: %s", node.name, exc)
     return result

@@ -108,6 +108,21 @@ def shape_commands(intf: str, imp: Impairment, *, netem: bool) -> list[list[str]
     return cmds
 
 
+def initial_shape_commands(intf: str, imp: Impairment, *, netem: bool) -> list[list[str]]:
+    """`shape_commands` for an interface that has never been shaped: nothing to delete first."""
+    return [c for c in shape_commands(intf, imp, netem=netem) if c[2] != "del"]
+
+
+def tc_batch(commands: list[list[str]]) -> str:
+    """`tc -batch` input for tc commands (one line each, without the leading `tc`)."""
+    lines = []
+    for cmd in commands:
+        if cmd[0] != "tc":
+            raise ValueError(f"not a tc command: {cmd}")
+        lines.append(shlex.join(cmd[1:]))
+    return "\n".join(lines) + "\n"
+
+
 def nft_loss_ruleset(intf: str, loss_pct: float) -> str:
     """An nftables netdev table dropping loss_pct % of IPv4 packets leaving intf."""
     threshold = round(loss_pct / 100 * LOSS_SCALE)

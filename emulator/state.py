@@ -36,6 +36,9 @@ class RunState:
     controller_pid: int | None = None
     nft_tables: list[str] = field(default_factory=list)  # root-namespace netdev tables
     workdir: str | None = None
+    # Per-switch Open vSwitch daemons (their pidfiles in workdir/ovs/ name them too, from the moment
+    # each starts, so a run killed mid-start leaves nothing unfound).
+    daemon_pids: list[int] = field(default_factory=list)
 
     @property
     def path(self) -> Path:
@@ -139,6 +142,12 @@ def remove_run(state: RunState) -> list[str]:
     removed: list[str] = []
     if state.controller_pid and kill_pid(state.controller_pid, "emulator.controller"):
         removed.append(f"controller process {state.controller_pid}")
+    if state.workdir:
+        from emulator.ovs_daemons import all_daemon_pids, stop_daemons
+
+        pids = sorted(set(state.daemon_pids) | set(all_daemon_pids(state.workdir)))
+        for pid in stop_daemons(pids, must_contain=state.workdir):
+            removed.append(f"Open vSwitch daemon {pid}")
     for pid in state.host_pids:
         if kill_pid(pid, "mininet:", timeout=1.0):
             removed.append(f"host shell {pid}")

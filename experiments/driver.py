@@ -8,12 +8,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from experiments import analysis, arms, catalogue, plots, report, results
+from experiments import arms, catalogue, overrides, plots, records, report, results
+from experiments.analysis.placement import ideal_bps
 from experiments.model import Experiment
 from experiments.policy_arm import fault_sentences
 from experiments.runner import Reporter, RunOutcome, run_experiment
+from experiments.schema import SCHEMA_VERSION, ResultsDocument
 from topologies import Topology, parse_spec
 
 log = logging.getLogger(__name__)
@@ -23,24 +24,24 @@ DEFAULT_OUT = Path("results")
 
 @dataclass
 class Rendered:
-    doc: dict[str, Any]
+    doc: ResultsDocument
     out_dir: Path
     summary: Path
     plots: list[str]
     sentences: list[str]
 
 
-def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> dict[str, Any]:
+def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> ResultsDocument:
     """results.json as a dict: arms with their metrics, then the experiment's own analysis."""
     entries = []
     first_flows = next(iter(outcome.flows.values()), [])
     for arm, raw in outcome.raws:
         flows = outcome.flows.get(arm.name, first_flows)
         pairs = [(f.src, f.dst) for f in flows]
-        ideal = analysis.ideal_bps(topo, pairs) if arms.get(arm.kind).point_to_point and pairs else 0.0
+        ideal = ideal_bps(topo, pairs) if arms.get(arm.kind).point_to_point and pairs else 0.0
         entries.append(results.arm_result(arm, raw, topo, ideal, bool(outcome.bytes_per_flow.get(arm.name))))
-    doc: dict[str, Any] = {
-        "schema": results.SCHEMA_VERSION,
+    doc: ResultsDocument = {
+        "schema": SCHEMA_VERSION,
         "experiment": exp.name,
         "title": exp.title,
         "description": exp.description,
@@ -63,7 +64,7 @@ def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> dict
     return doc
 
 
-def analyse(doc: dict[str, Any], topo: Topology) -> None:
+def analyse(doc: ResultsDocument, topo: Topology) -> None:
     entry = catalogue.CATALOGUE.get(doc["experiment"])
     if entry is not None:
         try:
@@ -74,7 +75,7 @@ def analyse(doc: dict[str, Any], topo: Topology) -> None:
     doc["fidelity"] = results.worst_fidelity(doc["arms"])
 
 
-def sentences_for(doc: dict[str, Any]) -> list[str]:
+def sentences_for(doc: ResultsDocument) -> list[str]:
     entry = catalogue.CATALOGUE.get(doc["experiment"])
     if entry is None or "error" in doc.get("analysis", {}):
         return []
@@ -85,38 +86,56 @@ def sentences_for(doc: dict[str, Any]) -> list[str]:
         return []
 
 
-def render(doc: dict[str, Any], out_dir: Path) -> Rendered:
+def render(doc: ResultsDocument, out_dir: Path) -> Rendered:
     """Write results.json, the plots and summary.md into out_dir."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     results.save(doc, out_dir)
-    written = plots.render_all(doc, out_dir)
-    sentences = sentences_for(doc)
-    summary = report.write_summary(doc, sentences, written, out_dir)
+    return _render_views(doc, out_dir)
+
+
+def _render_views(doc: ResultsDocument, out_dir: Path) -> Rendered:
+    try:
+        written = plots.render_all(doc, out_dir)
+        sentences = sentences_for(doc)
+        summary = report.write_summary(doc, sentences, written, out_dir)
+    except OSError as exc:
+        raise records.write_error(Path(exc.filename or out_dir), exc) from None
     return Rendered(doc, out_dir, summary, written, sentences)
 
 
 def rerender(path: Path) -> Rendered:
-    """`fabriclab report DIR`: the table, sentences and plots again from a stored results.json."""
+    """`fabriclab report DIR`: the table, sentences and plots again from a stored results.json; or,
+    when the run never wrote one (it crashed, or was killed), the whole run rebuilt from its arms'
+    records."""
+    path = Path(path)
+    if path.is_dir() and not (path / records.RESULTS_FILE).exists() and records.has_records(path):
+        return rebuild(path)
     doc = results.load(path)
-    out_dir = Path(path) if Path(path).is_dir() else Path(path).parent
-    written = plots.render_all(doc, out_dir)
-    sentences = sentences_for(doc)
-    summary = report.write_summary(doc, sentences, written, out_dir)
-    return Rendered(doc, out_dir, summary, written, sentences)
+    return _render_views(doc, path if path.is_dir() else path.parent)
+
+
+def rebuild(out_dir: Path) -> Rendered:
+    """results.json, summary.md and the plots of a run from its manifest and per-arm records."""
+    exp, topo, outcome = records.load_run(out_dir)
+    return render(build_document(exp, topo, outcome), out_dir)
 
 
 def prepare(name: str, topo: str | None = None, duration: float | None = None, seed: int | None = None,
             repetitions: int | None = None, arms: Sequence[str] | None = None) -> tuple[Experiment, Topology]:
     entry = catalogue.get(name)
-    exp = catalogue.with_overrides(entry.build(), topology=topo, duration=duration, seed=seed,
+    exp = overrides.with_overrides(entry.build(), topology=topo, duration=duration, seed=seed,
                                    repetitions=repetitions, arms=arms)
     return exp, parse_spec(exp.topology)
 
 
 def execute(exp: Experiment, topo: Topology, out_root: Path = DEFAULT_OUT, reporter: Reporter | None = None,
             out_dir: Path | None = None) -> Rendered:
-    out_dir = out_dir or out_root / exp.name / time.strftime("%Y%m%d-%H%M%S")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir is None:
+        out_dir = records.new_run_dir(out_root, exp.name)
+    else:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise records.write_error(out_dir, exc) from None
     outcome = run_experiment(exp, topo, out_dir, reporter)
     doc = build_document(exp, topo, outcome)
     return render(doc, out_dir)

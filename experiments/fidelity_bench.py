@@ -14,9 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from experiments.scenarios import ecmp_vs_spray
+from experiments.schema import ArmResult
+
 log = logging.getLogger(__name__)
 
-EXPERIMENT = "ecmp-vs-spray"
+EXPERIMENT = ecmp_vs_spray.NAME
 # The demo's fabric (the experiment's default) and the 16-host permutation people scale up to, in
 # jumbo frames: at 1500 bytes its 48 switch ports cost OVS too much per packet for two cores.
 DEFAULT_CASES: tuple[tuple[str, str | None], ...] = (
@@ -25,7 +28,7 @@ DEFAULT_CASES: tuple[tuple[str, str | None], ...] = (
 )
 
 
-def arm_summary(arm: dict[str, Any]) -> dict[str, Any]:
+def arm_summary(arm: ArmResult) -> dict[str, Any]:
     """The bench's view of one arm of results.json."""
     fid = arm.get("fidelity") or {}
     budget = arm.get("cpu_budget") or {}

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from transport.config import CC_ALGORITHMS
+
 FAULT_KINDS = ("link_down", "link_up", "loss", "rate")
 
 
@@ -77,6 +79,26 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class SenderSettings:
+    """How an arm's transport senders run beyond its policy, recovery and delivery: the congestion
+    controller and its fixed window (`fixed` only). None leaves the sender's own default."""
+
+    cc: str | None = None
+    window: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.cc is not None and self.cc not in CC_ALGORITHMS:
+            raise ValueError(f"unknown congestion control {self.cc!r}; use one of {', '.join(CC_ALGORITHMS)}")
+        if self.window is not None and self.window <= 0:
+            raise ValueError(f"window {self.window} is not a positive number of packets")
+
+    def args(self) -> list[str]:
+        """The `srd send` options that say so."""
+        out = ["--cc", self.cc] if self.cc else []
+        return out + (["--window", str(self.window)] if self.window is not None else [])
+
+
+@dataclass(frozen=True)
 class Arm:
     """One side of a comparison: how traffic is carried, and what is done to the fabric meanwhile.
 
@@ -95,8 +117,8 @@ class Arm:
     delivery: str = "unordered"
     faults: tuple[Fault, ...] = ()
     labels: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-    # Extra options for the transport's sender (e.g. ("--cc", "fixed", "--window", "32")).
-    options: tuple[str, ...] = ()
+    # The transport senders' settings beyond policy, recovery and delivery.
+    sender: SenderSettings = field(default_factory=SenderSettings)
     # This arm's own workload, when it differs from the experiment's (e.g. ping vs all-reduce).
     workload: Workload | None = None
 
@@ -128,3 +150,23 @@ class Experiment:
         d = asdict(self)
         d["arms"] = [asdict(a) for a in self.arms]
         return d
+
+
+# --------------------------------------------------------------------------------------------------
+# Back from plain data (Experiment.to_dict(), dataclasses.asdict(arm)): a run's records on disk
+
+
+def workload_from_dict(d: dict[str, Any]) -> Workload:
+    return Workload(**{**d, "pairs": tuple(tuple(p) for p in d.get("pairs", ())),
+                       "flows": tuple(SizedFlow(**f) for f in d.get("flows", ()))})
+
+
+def arm_from_dict(d: dict[str, Any]) -> Arm:
+    return Arm(**{**d, "faults": tuple(Fault(**f) for f in d.get("faults", ())),
+                  "labels": dict(d.get("labels", {})), "sender": SenderSettings(**d.get("sender", {})),
+                  "workload": None if d.get("workload") is None else workload_from_dict(d["workload"])})
+
+
+def experiment_from_dict(d: dict[str, Any]) -> Experiment:
+    return Experiment(**{**d, "arms": [arm_from_dict(a) for a in d["arms"]],
+                         "workload": workload_from_dict(d["workload"]), "extra": dict(d.get("extra", {}))})

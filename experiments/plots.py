@@ -18,12 +18,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiments import analysis
+from experiments.analysis import links
+from experiments.schema import ArmResult, ResultsDocument
 
 log = logging.getLogger(__name__)
 
 
-def _ok(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _ok(doc: ResultsDocument) -> list[ArmResult]:
     return [a for a in doc["arms"] if not a.get("error")]
 
 
@@ -57,7 +58,7 @@ def tier_order(labels: list[str], roles: dict[str, str]) -> tuple[list[str], lis
     return ordered, groups
 
 
-def utilisation_heatmaps(doc: dict[str, Any], out_dir: Path) -> list[str]:
+def utilisation_heatmaps(doc: ResultsDocument, out_dir: Path) -> list[str]:
     arms = [a for a in _ok(doc) if a.get("link_series", {}).get("fabric")]
     if not arms:
         return []
@@ -84,7 +85,7 @@ def utilisation_heatmaps(doc: dict[str, Any], out_dir: Path) -> list[str]:
     return [_save(fig, out_dir, "link_utilisation.png")]
 
 
-def completion_cdfs(doc: dict[str, Any], out_dir: Path) -> list[str]:
+def completion_cdfs(doc: ResultsDocument, out_dir: Path) -> list[str]:
     fig, ax = plt.subplots(figsize=(6, 4))
     drawn = False
     for a in _ok(doc):
@@ -109,7 +110,7 @@ def completion_cdfs(doc: dict[str, Any], out_dir: Path) -> list[str]:
     return [_save(fig, out_dir, "completion_cdf.png")]
 
 
-def goodput_vs_loss(doc: dict[str, Any], out_dir: Path) -> list[str]:
+def goodput_vs_loss(doc: ResultsDocument, out_dir: Path) -> list[str]:
     groups: dict[str, list[tuple[float, float]]] = {}
     for a in _ok(doc):
         loss = a.get("labels", {}).get("loss_pct")
@@ -139,7 +140,7 @@ def distance_bins(labels: Iterable[str]) -> list[str]:
     return sorted(set(labels), key=lambda label: int(label.split("-")[0].rstrip("+")))
 
 
-def reorder_histograms(doc: dict[str, Any], out_dir: Path) -> list[str]:
+def reorder_histograms(doc: ResultsDocument, out_dir: Path) -> list[str]:
     arms = [a for a in _ok(doc) if (a.get("reorder") or {}).get("distance_histogram")]
     if not arms:
         return []
@@ -159,13 +160,13 @@ def reorder_histograms(doc: dict[str, Any], out_dir: Path) -> list[str]:
     return [_save(fig, out_dir, "reorder_distance.png")]
 
 
-def path_share(doc: dict[str, Any], out_dir: Path) -> list[str]:
+def path_share(doc: ResultsDocument, out_dir: Path) -> list[str]:
     arms = [a for a in _ok(doc) if a.get("path_share")]
     if not arms:
         # Any leaf-spine run: the first leaf's uplink share from its link series.
         arms = []
         for a in _ok(doc):
-            ps = analysis.path_share(a, "leaf1")
+            ps = links.path_share(a, "leaf1")
             if ps:
                 arms.append({**a, "path_share": ps})
     if not arms:
@@ -186,7 +187,7 @@ def path_share(doc: dict[str, Any], out_dir: Path) -> list[str]:
     return [_save(fig, out_dir, "path_share.png")]
 
 
-def goodput_over_time(doc: dict[str, Any], out_dir: Path) -> list[str]:
+def goodput_over_time(doc: ResultsDocument, out_dir: Path) -> list[str]:
     arms = [a for a in _ok(doc) if any(a.get("goodput_series", {}).get("bps", []))]
     if not arms:
         return []
@@ -214,7 +215,7 @@ def goodput_over_time(doc: dict[str, Any], out_dir: Path) -> list[str]:
 PLOTS = (utilisation_heatmaps, completion_cdfs, goodput_vs_loss, reorder_histograms, path_share, goodput_over_time)
 
 
-def render_all(doc: dict[str, Any], out_dir: Path) -> list[str]:
+def render_all(doc: ResultsDocument, out_dir: Path) -> list[str]:
     written = []
     for fn in PLOTS:
         try:

@@ -13,9 +13,9 @@ with the flows it broke in: the run itself went on with spray.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from experiments.model import Arm, Experiment
+from experiments.schema import ResultsDocument
 from transport.policy_plugin import label
 
 
@@ -50,7 +50,7 @@ def with_policy_arm(exp: Experiment, policy: str) -> Experiment:
     return replace(exp, arms=[*exp.arms, arm])
 
 
-def fault_sentences(doc: dict[str, Any]) -> list[str]:
+def fault_sentences(doc: ResultsDocument) -> list[str]:
     """One sentence per arm whose plug-in policy broke: which flows, and the first fault's words."""
     out = []
     for a in doc.get("arms", []):

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from experiments.schema import ResultsDocument
+
 COLUMNS = (
     ("arm", "name"),
     ("goodput", "goodput_bps"),
@@ -45,7 +47,7 @@ def _fmt(key: str, value: Any) -> str:
     return str(value)
 
 
-def table_rows(doc: dict[str, Any]) -> list[list[str]]:
+def table_rows(doc: ResultsDocument) -> list[list[str]]:
     rows = []
     for a in doc["arms"]:
         if a.get("error"):
@@ -58,14 +60,14 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-def markdown_table(doc: dict[str, Any]) -> str:
+def markdown_table(doc: ResultsDocument) -> str:
     head = [c for c, _ in COLUMNS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in table_rows(doc)]
     return "\n".join(lines)
 
 
-def text_table(doc: dict[str, Any]) -> str:
+def text_table(doc: ResultsDocument) -> str:
     head = [c for c, _ in COLUMNS]
     rows = table_rows(doc)
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
@@ -73,7 +75,7 @@ def text_table(doc: dict[str, Any]) -> str:
     return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows])
 
 
-def fidelity_sentences(doc: dict[str, Any]) -> list[str]:
+def fidelity_sentences(doc: ResultsDocument) -> list[str]:
     f = doc["fidelity"]
     idle_min, idle_mean = f.get("cpu_idle_min"), f.get("cpu_idle_mean")
     idle = ("CPU idle " + (f"min {idle_min:.0%}, mean {idle_mean:.0%}" if idle_min is not None else "not measured"))
@@ -88,7 +90,7 @@ def fidelity_sentences(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def summary_markdown(doc: dict[str, Any], sentences: list[str], plots: list[str]) -> str:
+def summary_markdown(doc: ResultsDocument, sentences: list[str], plots: list[str]) -> str:
     topo = doc["topology"]
     lines = [
         f"# {doc['experiment']}: {doc.get('title', '')}",
@@ -113,7 +115,7 @@ def summary_markdown(doc: dict[str, Any], sentences: list[str], plots: list[str]
     return "\n".join(lines) + "\n"
 
 
-def write_summary(doc: dict[str, Any], sentences: list[str], plots: list[str], out_dir: Path) -> Path:
+def write_summary(doc: ResultsDocument, sentences: list[str], plots: list[str], out_dir: Path) -> Path:
     path = out_dir / "summary.md"
     path.write_text(summary_markdown(doc, sentences, plots))
     return path

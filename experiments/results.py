@@ -5,7 +5,8 @@ its endpoints' files (experiments.arms, through the transport's schema of them);
 results.json top level: `experiment`, `title`, `topology` (spec and the fabric as plain data),
 `seed`, `duration_s`, `fidelity` (worst over the arms), `arms` (one entry each, below), `analysis`
 (what the experiment adds: e.g. the balls-in-bins expectation), `complete`, `started`, `finished`,
-`flows`. Every arm has the keys in ARM_KEYS; see README "Experiments" for their meaning.
+`flows`: experiments.schema's ResultsDocument, every arm an ArmResult (README "Experiments" says what
+the keys mean); `experiments.schema.validate` checks a document.
 
 Sized flows also get their ideal completion time and slowdown (FCT / ideal FCT, as htsim and ns-3
 report it; `add_slowdowns`), from the endpoint's own framing and minimum RTT and the fabric's rates.
@@ -20,49 +21,24 @@ from typing import Any
 import numpy as np
 
 from emulator import cpu
-from experiments import analysis, arms
+from experiments import arms, records
+from experiments.analysis.fidelity import OVS_CEILING_PPS, fidelity_verdict
+from experiments.analysis.framing import (
+    bottleneck_bps,
+    ideal_fct,
+    slowdown,
+    topology_base_rtt,
+    wire_bytes,
+    wire_efficiency,
+)
+from experiments.analysis.links import directed_series, fabric_hops, hop_label, summarise_links, window_bytes
 from experiments.arms.base import SERIES_BIN
 from experiments.model import Arm
+from experiments.schema import ArmResult, CpuBudget, RawArm, ResultsDocument, RunFidelity
 from topologies import Topology
 from transport.metrics import percentile
 
-SCHEMA_VERSION = 2  # 2: arms carry slowdown_mean / slowdown_max, sized flows ideal_fct_s / slowdown
 SAMPLE_DT = 0.5  # seconds a CPU sample covers when it does not say (older results)
-
-TOP_KEYS: dict[str, type | tuple[type, ...]] = {
-    "schema": int,
-    "experiment": str,
-    "title": str,
-    "topology": dict,
-    "seed": int,
-    "duration_s": (int, float),
-    "fidelity": dict,
-    "arms": list,
-    "analysis": dict,
-    "complete": bool,
-}
-NUM = (int, float)
-OPT_NUM = (int, float, type(None))
-ARM_KEYS: dict[str, type | tuple[type, ...]] = {
-    "name": str,
-    "kind": str,
-    "mode": str,
-    "description": str,
-    "error": (str, type(None)),
-    "goodput_bps": NUM,
-    "ideal_bps": NUM,
-    "goodput_fraction": NUM,
-    "link_imbalance": NUM,
-    "hot_links": list,
-    "completion_p50_s": OPT_NUM,
-    "completion_p99_s": OPT_NUM,
-    "slowdown_mean": OPT_NUM,
-    "slowdown_max": OPT_NUM,
-    "retransmissions": (int, type(None)),
-    "reorder": (dict, type(None)),
-    "flows": list,
-    "fidelity": dict,
-}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -75,8 +51,8 @@ def add_slowdowns(flows: list[dict[str, Any]], topo: Topology, kind: arms.ArmKin
 
     ideal = wire bytes / bottleneck rate + base RTT, where the wire bytes are the flow's bytes plus its
     packets' headers (this arm's transport: the SRD wire format or TCP), the bottleneck is the flow's
-    rate alone in the fabric (analysis.bottleneck_bps) and the base RTT is the endpoint's minimum
-    measured RTT, or, when it measured none, the fabric's (analysis.topology_base_rtt).
+    rate alone in the fabric (bottleneck_bps) and the base RTT is the endpoint's minimum
+    measured RTT, or, when it measured none, the fabric's (topology_base_rtt).
     """
     values = []
     incomplete = 0
@@ -87,13 +63,13 @@ def add_slowdowns(flows: list[dict[str, Any]], topo: Topology, kind: arms.ArmKin
             incomplete += 1
             continue
         framing = kind.framing(f)
-        rate = analysis.bottleneck_bps(topo, f["src"], f["dst"])
+        rate = bottleneck_bps(topo, f["src"], f["dst"])
         rtt, source = f.get("min_rtt_s"), "measured"
         if not rtt:
-            rtt, source = analysis.topology_base_rtt(topo, f["src"], f["dst"], framing), "topology"
-        ideal = analysis.ideal_fct(size, framing, rate, rtt)
-        f.update(wire_bytes=analysis.wire_bytes(size, framing), bottleneck_bps=rate, base_rtt_s=rtt,
-                 base_rtt_source=source, ideal_fct_s=ideal, slowdown=analysis.slowdown(fct, ideal))
+            rtt, source = topology_base_rtt(topo, f["src"], f["dst"], framing), "topology"
+        ideal = ideal_fct(size, framing, rate, rtt)
+        f.update(wire_bytes=wire_bytes(size, framing), bottleneck_bps=rate, base_rtt_s=rtt,
+                 base_rtt_source=source, ideal_fct_s=ideal, slowdown=slowdown(fct, ideal))
         values.append(f["slowdown"])
     return {
         "slowdown_mean": float(np.mean(values)) if values else None,
@@ -103,9 +79,9 @@ def add_slowdowns(flows: list[dict[str, Any]], topo: Topology, kind: arms.ArmKin
     }
 
 
-def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, sized: bool) -> dict[str, Any]:
+def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool) -> ArmResult:
     """The results entry of one arm (an errored arm keeps its keys, with zeros and the error)."""
-    entry: dict[str, Any] = {
+    entry: ArmResult = {
         "name": arm.name, "kind": arm.kind, "mode": arm.mode, "policy": arm.policy, "recovery": arm.recovery,
         "delivery": arm.delivery, "description": arm.describe(), "labels": dict(arm.labels),
         "error": raw.get("error"), "repetition": raw.get("repetition", 0),
@@ -113,7 +89,7 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
         "hot_links": [], "completion_p50_s": None, "completion_p99_s": None,
         "slowdown_mean": None, "slowdown_max": None, "slowdown_flows": 0, "retransmissions": None,
         "reorder": None, "flows": [],
-        "fidelity": analysis.fidelity_verdict([], 0.0, 0, 0).to_dict(),
+        "fidelity": fidelity_verdict([], 0.0, 0, 0).to_dict(),
     }
     if "samples" not in raw:
         return entry
@@ -133,7 +109,7 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
     # is payload (transport, UDP, IP and Ethernet headers cost ~6 % at 1500 bytes, under 1 % at 9000).
     if kind.point_to_point and flows and ideal > 0:
         framing = kind.framing(flows[0])
-        eff = analysis.wire_efficiency(framing)
+        eff = wire_efficiency(framing)
         entry["wire_efficiency"] = eff
         entry["goodput_of_wire"] = goodput / (ideal * eff)
     # Completion: flows' completion times when they have a size, else the messages' (transport).
@@ -168,15 +144,15 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
         }
     # Links, over the traffic window.
     samples = [s for s in raw["samples"] if t0 - 0.01 <= s["t"] <= t0 + traffic_s + 0.6] or raw["samples"]
-    links = analysis.summarise_links(topo, samples)
+    links = summarise_links(topo, samples)
     entry["link_imbalance"] = links.link_imbalance
     entry["hot_links"] = links.hot_links
     entry["link_utilisation"] = links.utilisation
-    times, series = analysis.directed_series(raw["samples"])
+    times, series = directed_series(raw["samples"])
     entry["link_series"] = {
         "t": [round(t - (t0 - raw["samples"][0]["t"]), 3) for t in times],
-        "util": {analysis.hop_label(h): [round(v, 4) for v in vals] for h, vals in sorted(series.items())},
-        "fabric": sorted(analysis.hop_label(h) for h in series if h[0] in analysis.fabric_hops(topo)),
+        "util": {hop_label(h): [round(v, 4) for v in vals] for h, vals in sorted(series.items())},
+        "fabric": sorted(hop_label(h) for h in series if h[0] in fabric_hops(topo)),
     }
     # Aggregate goodput over time.
     agg = np.zeros(n_bins)
@@ -192,8 +168,8 @@ def arm_result(arm: Arm, raw: dict[str, Any], topo: Topology, ideal: float, size
     socket_drops = sum(f.get("socket_drops", 0) or 0 for f in flows)
     socket_drops += sum(f.get("receiver_socket_drops_total", 0) or 0 for f in flows)
     outside = max(0, ovs_drops - shaped_sw) + socket_drops
-    _, _, npkts = analysis.window_bytes(samples)
-    fid = analysis.fidelity_verdict(idle, links.switch_pps, outside, sum(npkts.values()))
+    _, _, npkts = window_bytes(samples)
+    fid = fidelity_verdict(idle, links.switch_pps, outside, sum(npkts.values()))
     entry["fidelity"] = fid.to_dict()
     entry["cpu_budget"] = cpu_budget(raw, topo, npkts)
     entry["queue_drops"] = _queue_drop_delta(raw)
@@ -220,7 +196,7 @@ def traffic_idle(cpu: list[dict[str, float]], start: float, end: float) -> list[
     return out
 
 
-def cpu_budget(raw: dict[str, Any], topo: Topology, npkts: dict[Any, int]) -> dict[str, Any] | None:
+def cpu_budget(raw: RawArm, topo: Topology, npkts: dict[Any, int]) -> CpuBudget | None:
     """CPU seconds per component over the traffic window, and per million packets delivered to hosts
     (DATA and ACKs alike: every packet a host received from its switch)."""
     window = raw.get("cpu_window")
@@ -242,7 +218,7 @@ def cpu_budget(raw: dict[str, Any], topo: Topology, npkts: dict[Any, int]) -> di
             "cpu_s_per_mpkt": cpu.per_million_packets(window, delivered)}
 
 
-def _queue_drop_delta(raw: dict[str, Any]) -> dict[str, int]:
+def _queue_drop_delta(raw: RawArm) -> dict[str, int]:
     before, after = raw.get("qdisc_before", {}), raw.get("qdisc_after", {})
     out = {}
     for dev, a in after.items():
@@ -252,7 +228,7 @@ def _queue_drop_delta(raw: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def _drops(raw: dict[str, Any], topo: Topology) -> tuple[int, int]:
+def _drops(raw: RawArm, topo: Topology) -> tuple[int, int]:
     """(drops at the shaped queues of switch ports, drops OVS counted on its ports) over the arm."""
     switch_intfs = {lk.intf(end) for lk in topo.links for end in (lk.a, lk.b) if topo.node(end).is_switch}
     shaped = sum(v for dev, v in _queue_drop_delta(raw).items() if dev in switch_intfs)
@@ -268,7 +244,7 @@ def _drops(raw: dict[str, Any], topo: Topology) -> tuple[int, int]:
 # The document
 
 
-def worst_fidelity(arms: list[dict[str, Any]]) -> dict[str, Any]:
+def worst_fidelity(arms: list[ArmResult]) -> RunFidelity:
     fids = [a["fidelity"] for a in arms if not a.get("error")]
     idle_min = [f["cpu_idle_min"] for f in fids if f.get("cpu_idle_min") is not None]
     idle_mean = [f["cpu_idle_mean"] for f in fids if f.get("cpu_idle_mean") is not None]
@@ -280,52 +256,19 @@ def worst_fidelity(arms: list[dict[str, Any]]) -> dict[str, Any]:
         "cpu_idle_min": min(idle_min) if idle_min else None,
         "cpu_idle_mean": float(np.mean(idle_mean)) if idle_mean else None,
         "switch_pps_peak": max((f.get("switch_pps_peak", 0.0) for f in fids), default=0.0),
-        "ovs_ceiling_pps": analysis.OVS_CEILING_PPS,
+        "ovs_ceiling_pps": OVS_CEILING_PPS,
         "drops_outside_queues": sum(f.get("drops_outside_queues", 0) for f in fids),
         "trusted": all(f.get("trusted") for f in fids) and bool(fids),
         "reasons": reasons,
     }
 
 
-def validate_results(doc: dict[str, Any]) -> list[str]:
-    """Problems with a results document (empty when it has every key with the right type)."""
-    problems = []
-    for key, typ in TOP_KEYS.items():
-        if key not in doc:
-            problems.append(f"missing top-level key '{key}'")
-        elif not isinstance(doc[key], typ) or (typ is int and isinstance(doc[key], bool)):
-            problems.append(f"top-level '{key}' is {type(doc[key]).__name__}")
-    for i, arm in enumerate(doc.get("arms", [])):
-        for key, typ in ARM_KEYS.items():
-            if key not in arm:
-                problems.append(f"arm {i} ({arm.get('name')}): missing '{key}'")
-            elif not isinstance(arm[key], typ):
-                problems.append(f"arm {i} ({arm.get('name')}): '{key}' is {type(arm[key]).__name__}")
-        if isinstance(arm.get("goodput_bps"), NUM) and arm["goodput_bps"] < 0:
-            problems.append(f"arm {i}: negative goodput")
-    return problems
+def save(doc: ResultsDocument, out_dir: Path) -> Path:
+    """results.json into out_dir, whole or not at all."""
+    return records.atomic_write_json(Path(out_dir) / records.RESULTS_FILE, doc)
 
 
-def save(doc: dict[str, Any], out_dir: Path) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "results.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1, default=_jsonable) + "\n")
-    tmp.replace(path)
-    return path
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"{type(obj).__name__} is not JSON-serialisable")
-
-
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path) -> ResultsDocument:
     p = Path(path)
     if p.is_dir():
         p = p / "results.json"

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -28,9 +26,12 @@ from emulator import cpu
 from emulator.errors import EmulatorError
 from emulator.network import Terminated
 from emulator.sampling import Sampler, qdisc_drops
-from experiments import analysis, arms
+from experiments import arms, records
+from experiments.analysis.links import fabric_hops, window_bytes
+from experiments.analysis.placement import derangement_across, host_rate_mbps
 from experiments.arms import ArmContext, Flow
 from experiments.model import Arm, Experiment, Fault, Workload
+from experiments.schema import RawArm
 from topologies import Topology
 from transport.headers import DATA_WIRE_OVERHEAD, datagram_size_for_mtu
 from transport.wire import DATA_HEADER_LEN
@@ -40,13 +41,6 @@ log = logging.getLogger(__name__)
 # Time to give a fabric that another run holds: poll this often, for at most this long.
 BUSY_POLL_S = 20.0
 BUSY_WAIT_MAX_S = 900.0
-# Flow.start_s is honoured: each sender is released (or iperf3 client started) at t0 + start_s.
-FLOW_START_OFFSETS = True
-
-
-class ArmInterrupted(Exception):
-    """Raised inside an arm when the run is asked to stop (Ctrl-C)."""
-
 
 class Reporter:
     """Progress callbacks; the CLI shows a bar, the default logs."""
@@ -60,7 +54,7 @@ class Reporter:
     def arm_progress(self, fraction: float, note: str = "") -> None:
         pass
 
-    def arm_finished(self, index: int, arm: Arm, result: dict[str, Any]) -> None:
+    def arm_finished(self, index: int, arm: Arm, result: RawArm) -> None:
         log.info("arm %s done%s", arm.name, f" (error: {result['error']})" if result.get("error") else "")
 
 
@@ -70,10 +64,10 @@ class Reporter:
 
 def busiest_fabric_link(topo: Topology, sampler: Sampler) -> tuple[str, str]:
     """The leaf->spine (or switch->switch) link direction carrying most bytes in the last samples."""
-    fabric = analysis.fabric_hops(topo)
+    fabric = fabric_hops(topo)
     best, best_bytes = None, -1
     s = sampler.samples[-3:] if len(sampler.samples) >= 2 else sampler.samples
-    _, nbytes, _ = analysis.window_bytes(s)
+    _, nbytes, _ = window_bytes(s)
     for (name, src), b in nbytes.items():
         if name in fabric and b > best_bytes:
             lk = next(lk for lk in topo.links if lk.name == name)
@@ -162,12 +156,12 @@ def open_fabric(topo: Topology, mode: str, reporter: Reporter) -> Any:
 
 
 def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], duration: float, seed: int,
-            bytes_per_flow: int, raw_dir: Path, reporter: Reporter) -> dict[str, Any]:
+            bytes_per_flow: int, raw_dir: Path, reporter: Reporter) -> RawArm:
     """Bring a fabric up, run one arm, tear it down; returns the raw material for its results."""
     raw_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     fab = open_fabric(topo, arm.mode, reporter)
-    raw: dict[str, Any] = {"fault_errors": [], "endpoint_errors": []}
+    raw: RawArm = {"fault_errors": [], "endpoint_errors": []}
     try:
         raw["bring_up_s"] = round(fab.timings.bring_up_s, 3)
         raw["datapath"] = fab.datapath
@@ -184,7 +178,7 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
         for f in early:
             apply_fault(ctx, f, sampler)
         stop_faults = ctx.stop
-        ledger = cpu.CpuLedger({"ovs": cpu.ovs_pid(), "controller": fab.controller.pid if fab.controller else None})
+        ledger = cpu.CpuLedger({"ovs": fab.ovs_pids(), "controller": fab.controller.pid if fab.controller else None})
         try:
             kind = arms.get(arm.kind)
             receivers, senders = kind.start(ctx)
@@ -272,7 +266,7 @@ def plan_flows(w: Workload, topo: Topology, seed: int) -> list[Flow]:
         hosts = [h.name for h in topo.hosts]
         specs = [(h, hosts[(i + 1) % len(hosts)], 0, 0.0) for i, h in enumerate(hosts)]
     else:
-        specs = [(s, d, 0, 0.0) for s, d in analysis.derangement_across(topo, seed)]
+        specs = [(s, d, 0, 0.0) for s, d in derangement_across(topo, seed)]
     seen: dict[str, int] = {}
     flows = []
     for s, d, size, start in specs:
@@ -291,13 +285,13 @@ def flow_bytes(w: Workload, topo: Topology, duration: float) -> int:
     if not w.fill:
         return 0
     payload = datagram_size_for_mtu(topo.mtu) - DATA_HEADER_LEN
-    goodput_rate = analysis.host_rate_mbps(topo) * 1e6 * payload / (payload + DATA_WIRE_OVERHEAD)
+    goodput_rate = host_rate_mbps(topo) * 1e6 * payload / (payload + DATA_WIRE_OVERHEAD)
     return int(w.fill * goodput_rate * duration / 8 / w.message_size) * w.message_size or w.message_size
 
 
 @dataclass
 class RunOutcome:
-    raws: list[tuple[Arm, dict[str, Any]]]
+    raws: list[tuple[Arm, RawArm]]
     complete: bool
     started: float
     finished: float
@@ -307,18 +301,23 @@ class RunOutcome:
 
 def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Reporter | None = None,
                    arms: list[Arm] | None = None) -> RunOutcome:
-    """Run every arm (and repetition) in turn; failures are recorded, Ctrl-C stops after teardown."""
+    """Run every arm (and repetition) in turn; failures are recorded, Ctrl-C stops after teardown.
+
+    Each arm's record is written to out_dir the moment it finishes (experiments.records), so what
+    finished survives whatever happens to the rest of the run.
+    """
     reporter = reporter or Reporter()
     arms = arms if arms is not None else exp.arms
     flows = {a.name: plan_flows(a.workload or exp.workload, topo, exp.seed) for a in arms}
     nbytes = {a.name: flow_bytes(a.workload or exp.workload, topo, exp.duration_s) for a in arms}
-    raws: list[tuple[Arm, dict[str, Any]]] = []
+    raws: list[tuple[Arm, RawArm]] = []
     complete = True
     started = time.time()
+    records.write_manifest(out_dir, exp, topo, started)
     schedule = [(rep, arm) for rep in range(exp.repetitions) for arm in arms]
     reporter.run_started(exp, len(schedule))
     for i, (rep, arm) in enumerate(schedule):
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", arm.name) + (f"-rep{rep + 1}" if exp.repetitions > 1 else "")
+        slug = records.arm_slug(arm, rep, exp.repetitions)
         raw_dir = out_dir / "raw" / slug
         reporter.arm_started(i, arm, exp.duration_s)
         try:
@@ -332,6 +331,7 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
             complete = False
             why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "terminated (SIGTERM)"
             raws.append((arm, {"error": why, "repetition": rep}))
+            records.write_arm(out_dir, i, slug, arm, raws[-1][1], flows[arm.name], nbytes[arm.name])
             reporter.arm_finished(i, arm, raws[-1][1])
             break
         except Exception as exc:
@@ -340,10 +340,8 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
             if raw_dir.exists():
                 raw["endpoints"] = read_endpoints(raw_dir)
         raws.append((arm, raw))
+        records.write_arm(out_dir, i, slug, arm, raw, flows[arm.name], nbytes[arm.name])
         reporter.arm_finished(i, arm, raw)
-    return RunOutcome(raws, complete, started, time.time(), flows, nbytes)
-
-
-def clear_dir(path: Path) -> None:
-    if path.exists():
-        shutil.rmtree(path)
+    finished = time.time()
+    records.write_manifest(out_dir, exp, topo, started, finished, complete)
+    return RunOutcome(raws, complete, started, finished, flows, nbytes)

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from experiments import analysis
+from experiments.analysis.framing import srd_framing, wire_bytes
 from experiments.arms import get as arm_kind
 from experiments.model import Experiment, SizedFlow, Workload
 from topologies import Topology
@@ -230,10 +230,10 @@ def workload(matrix: TrafficMatrix, topo: Topology, base: Workload | None = None
 def makespan_s(w: Workload, topo: Topology) -> float:
     """Seconds the busiest host link needs for the matrix's bytes (the transport's framing), after the
     latest start: the least time the whole matrix can take."""
-    framing = analysis.srd_framing(datagram_size_for_mtu(topo.mtu), w.message_size)
+    framing = srd_framing(datagram_size_for_mtu(topo.mtu), w.message_size)
     load: dict[tuple[str, str], float] = {}
     for f in w.flows:
-        bits = 8 * analysis.wire_bytes(f.size, framing)
+        bits = 8 * wire_bytes(f.size, framing)
         for host, way in ((f.src, "out"), (f.dst, "in")):
             rate = min(lk.rate_mbps for lk in topo.links_of(host)) * 1e6
             load[(host, way)] = load.get((host, way), 0.0) + bits / rate
@@ -247,23 +247,17 @@ def apply(exp: Experiment, topo: Topology, matrix: TrafficMatrix, keep_duration:
     makespan, rounded up to 0.1 s and at least 1 s: the base of the senders' safety cap (3x) and of
     the progress bar. Fault times scale with it as they do with --duration.
     """
-    from experiments import catalogue, runner
+    from experiments import overrides
 
     other = sorted({a.kind for a in exp.arms if not arm_kind(a.kind).point_to_point})
     if other:
         raise TrafficError(f"{matrix.source}: experiment '{exp.name}' runs {', '.join(other)} arms; a traffic "
                            "matrix drives transport and TCP flows: use it with e.g. ecmp-vs-spray")
-    late = [c for c in matrix.connections if c.start_ps > 0]
-    # The runner declares FLOW_START_OFFSETS once its starters delay each flow by Flow.start_s.
-    if late and not getattr(runner, "FLOW_START_OFFSETS", False):
-        c = late[0]
-        raise _error(matrix.source, c.line, f"{c.src}->{c.dst} starts at {c.start_ps:g} ps: flows that start "
-                     "later than the others are not supported yet; set every start to 0")
     w = workload(matrix, topo, exp.workload)
     arms = [replace(a, workload=w) if a.workload is not None else a for a in exp.arms]
     extra = {**exp.extra, "traffic_matrix": {"file": matrix.source, "nodes": matrix.nodes,
                                              "connections": len(matrix.connections)}}
     out = replace(exp, workload=w, arms=arms, extra=extra)
     if not keep_duration:
-        out = catalogue.with_overrides(out, duration=max(1.0, math.ceil(10 * makespan_s(w, topo)) / 10))
+        out = overrides.with_overrides(out, duration=max(1.0, math.ceil(10 * makespan_s(w, topo)) / 10))
     return out

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from experiments.schema import ArmResult, ResultsDocument
 from labs.catalogue import LabError, import_file
 
 
@@ -94,7 +95,7 @@ def find_results(target: Path, experiment: str) -> Path:
                    f"{target}` first, or give the run's directory")
 
 
-def load_results(target: Path, experiment: str) -> dict[str, Any]:
+def load_results(target: Path, experiment: str) -> ResultsDocument:
     path = find_results(target, experiment)
     try:
         doc = json.loads(path.read_text())
@@ -106,7 +107,7 @@ def load_results(target: Path, experiment: str) -> dict[str, Any]:
     return doc
 
 
-def arm(doc: dict[str, Any], name: str) -> dict[str, Any]:
+def arm(doc: ResultsDocument, name: str) -> ArmResult:
     for a in doc.get("arms", []):
         if a.get("name") == name:
             if a.get("error"):

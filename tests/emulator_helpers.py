@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tempfile
+from pathlib import Path
 
 from emulator.state import STATE_DIR, marked_bridges, our_nft_tables
 
@@ -23,6 +25,16 @@ def controller_processes() -> list[str]:
     return [line for line in out.stdout.splitlines() if "pgrep" not in line and "fabriclab-" in line]
 
 
+def private_ovs_daemons() -> list[str]:
+    """Per-switch Open vSwitch daemons (their files live in a fabric's work directory)."""
+    out = subprocess.run(["pgrep", "-af", "ovs-vswitchd|ovsdb-server"], capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if "pgrep" not in line and "/fabriclab-" in line]
+
+
+def work_directories() -> list[str]:
+    return sorted(str(p) for p in Path(tempfile.gettempdir()).glob("fabriclab-*") if p.is_dir())
+
+
 def fabric_interfaces() -> list[str]:
     out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True)
     names = [line.split(":")[1].strip().split("@")[0] for line in out.stdout.splitlines()]
@@ -36,6 +48,8 @@ def leftovers() -> dict[str, list]:
         "interfaces": fabric_interfaces(),
         "mininet_shells": mininet_shells(),
         "controllers": controller_processes(),
+        "ovs_daemons": private_ovs_daemons(),
+        "work_directories": work_directories(),
         "nft_tables": our_nft_tables(),
         "run_records": sorted(p.name for p in STATE_DIR.glob("*.json")) if STATE_DIR.is_dir() else [],
     }

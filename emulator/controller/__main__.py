@@ -36,6 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mode", default="ecmp", choices=MODES, help="routing mode (default: ecmp)")
     p.add_argument("--poll-interval", type=float, default=0.5, help="port counter poll interval, s")
     p.add_argument("--listen", default="127.0.0.1", help="address for both listeners")
+    p.add_argument("--of-socket", type=Path,
+                   help="also accept OpenFlow on this unix socket (for switches in their own namespaces)")
     p.add_argument("--log-file", type=Path, help="log to this file instead of stderr")
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     args = p.parse_args(argv)
@@ -99,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         api_host=args.listen,
         api_port=args.api_port,
         poll_interval=args.poll_interval,
+        of_socket=str(args.of_socket) if args.of_socket else None,
     )
 
     def stop(signum: int, _frame: FrameType | None) -> None:

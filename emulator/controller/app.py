@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from emulator.controller import compat
@@ -42,6 +43,7 @@ from emulator.controller.rules import (
     mode_error,
 )
 from emulator.controller.stats import PortTable, link_report
+from emulator.controller.unix_listener import listen_unix, serve_unix
 from topologies.model import Link, Topology
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,8 @@ class ControllerConfig:
     api_host: str = "127.0.0.1"
     api_port: int = 0
     poll_interval: float = 0.5
+    # Also accept OpenFlow on this unix socket (switches in namespaces of their own use it).
+    of_socket: str | None = None
     # How long PUT /mode waits for the barriers of the new generation.
     barrier_timeout: float = 10.0
 
@@ -140,6 +144,10 @@ class FabricController(compat.BaseApp):
     def start(self) -> Any:
         thread = super().start()
         self.api.start()
+        if self.config is not None and self.config.of_socket:
+            srv = listen_unix(Path(self.config.of_socket))
+            compat.spawn(serve_unix, srv, compat.controller.datapath_connection_factory, compat.spawn,
+                         self.stopping.is_set)
         compat.spawn(self._poll_loop)
         log.info(
             "controller for %s: %d switches, %d hosts, mode %s",

@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - only on interpreters where Ryu still r
 
     from ryu import cfg
     from ryu.base import app_manager
-    from ryu.controller import controller, ofp_event  # noqa: F401
+    from ryu.controller import controller, ofp_event
     from ryu.controller.handler import (
         CONFIG_DISPATCHER,
         DEAD_DISPATCHER,
@@ -66,6 +66,7 @@ __all__ = [
     "NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP",
     "BaseApp",
     "arp",
+    "controller",
     "ethernet",
     "hub",
     "nicira_ext",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from experiments import analysis
+from experiments.analysis.placement import host_rate_mbps
 from experiments.arms import base
 from transport import command_line
 from transport.addressing import DEFAULT_PORT
@@ -74,4 +74,4 @@ def _options(ctx: base.ArmContext) -> list[str]:
     """Transport settings of the arm, and the host link rate for the worker's bandwidth bound."""
     arm = ctx.arm
     return ["--policy", arm.policy, "--recovery", arm.recovery, "--delivery", arm.delivery,
-            "--seed", str(ctx.seed), "--link-rate-mbps", f"{analysis.host_rate_mbps(ctx.topo):g}", "--timeout", "30"]
+            "--seed", str(ctx.seed), "--link-rate-mbps", f"{host_rate_mbps(ctx.topo):g}", "--timeout", "30"]

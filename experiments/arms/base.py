@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from emulator.errors import EmulatorError
-from experiments.analysis import Framing
+from experiments.analysis.framing import Framing
 from experiments.model import Arm, Experiment, Workload
 from topologies import Topology
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments import analysis
+from experiments.analysis.framing import Framing, srd_framing
 from experiments.arms import base
 from transport import command_line
 from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
@@ -52,7 +52,7 @@ class Srd(base.ArmKind):
                 cmd += ["--duration", f"{ctx.duration:g}"]
             if w.request_response:
                 cmd += ["--request-response", "--closed-loop", "8"]
-            cmd += list(arm.options)
+            cmd += arm.sender.args()
             senders.append(base.popen(ctx, f.src, cmd))
         base.release_when_ready(ctx, ready, senders)
         return receivers, senders
@@ -110,5 +110,5 @@ class Srd(base.ArmKind):
             flows[0]["receiver_socket_drops_total"] = sum((m.get("socket_drops") or 0) for _, m in receivers)
         return flows
 
-    def framing(self, flow: dict[str, Any]) -> analysis.Framing:
-        return analysis.srd_framing(flow.get("mtu") or 1400, flow.get("message_size") or 65536)
+    def framing(self, flow: dict[str, Any]) -> Framing:
+        return srd_framing(flow.get("mtu") or 1400, flow.get("message_size") or 65536)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments import analysis
+from experiments.analysis.framing import TCP_MSS, TCP_PMTU, Framing, tcp_framing
 from experiments.arms import base
 from transport import command_line
 from transport.addressing import DEFAULT_BASE_PORT
@@ -45,8 +45,8 @@ class Tcp(base.ArmKind):
             return _tcpflow_flows(raw, t0, n_bins)
         return _iperf_flows(raw, n_bins)
 
-    def framing(self, flow: dict[str, Any]) -> analysis.Framing:
-        return analysis.tcp_framing(flow.get("mss") or analysis.TCP_MSS, flow.get("pmtu") or analysis.TCP_PMTU)
+    def framing(self, flow: dict[str, Any]) -> Framing:
+        return tcp_framing(flow.get("mss") or TCP_MSS, flow.get("pmtu") or TCP_PMTU)
 
 
 def _client_port(ctx: base.ArmContext, i: int) -> int:

@@ -1,8 +1,8 @@
 """Lab 1 checker: ECMP hashing and hot links.
 
 On a folder of code (the lab's starter/ or solution/, or your copy): hotlinks.py's functions against
-fabriclab's own numbers: `experiments.analysis.balls_in_bins` for the collision probability and the
-busiest uplink's expected load, and `experiments.analysis.summarise_links` (what fills results.json's
+fabriclab's own numbers: `experiments.analysis.hashing.balls_in_bins` for the collision probability and the
+busiest uplink's expected load, and `experiments.analysis.links.summarise_links` (what fills results.json's
 `link_utilisation`, `link_imbalance` and `hot_links`) on synthetic counters for the imbalance measures
 and the hot links.
 
@@ -17,7 +17,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from experiments import analysis
+from experiments.analysis.hashing import balls_in_bins
+from experiments.analysis.links import LinkSummary, summarise_links
+from experiments.scenarios import ecmp_vs_spray
 from labs import grading
 from labs.catalogue import LabError
 from topologies import parse_spec
@@ -74,9 +76,9 @@ SCENARIOS = {
 }
 
 
-def _summaries() -> dict[str, analysis.LinkSummary]:
+def _summaries() -> dict[str, LinkSummary]:
     topo = parse_spec(FABRIC)
-    return {label: analysis.summarise_links(topo, _samples(dict(zip(UP + DOWN, values, strict=True))))
+    return {label: summarise_links(topo, _samples(dict(zip(UP + DOWN, values, strict=True))))
             for label, values in SCENARIOS.items()}
 
 
@@ -107,10 +109,10 @@ def check_code(folder: Path) -> list[grading.Check]:
     by_util = {_key(s.utilisation): s for s in summaries.values()}
     return [
         grading.agrees("collision probability", mod, "collision_probability", flows_uplinks,
-                       lambda k, n: analysis.balls_in_bins(k, n, trials=10)["prob_collision"], rel=0.001,
+                       lambda k, n: balls_in_bins(k, n, trials=10)["prob_collision"], rel=0.001,
                        what="fabriclab's balls_in_bins (exact)"),
         grading.agrees("busiest uplink", mod, "expected_max_load", flows_uplinks,
-                       lambda k, n: analysis.balls_in_bins(k, n, trials=40_000, seed=k * 100 + n)["expected_max_load"],
+                       lambda k, n: balls_in_bins(k, n, trials=40_000, seed=k * 100 + n)["expected_max_load"],
                        rel=0.03, what="fabriclab's balls_in_bins (Monte Carlo, 40 000 throws)"),
         grading.agrees("link imbalance (max/mean)", mod, "max_over_mean", util_cases,
                        lambda util: by_util[_key(util)].link_imbalance, rel=0.01,
@@ -126,7 +128,7 @@ def check_code(folder: Path) -> list[grading.Check]:
 
 
 def check_results(doc: dict[str, Any]) -> list[grading.Check]:
-    ecmp, spray = grading.arm(doc, "ecmp-single"), grading.arm(doc, "spray")
+    ecmp, spray = grading.arm(doc, ecmp_vs_spray.ECMP_SINGLE), grading.arm(doc, ecmp_vs_spray.SPRAY)
     e_mm = _max_over_min(ecmp.get("link_utilisation") or {})
     s_mm = _max_over_min(spray.get("link_utilisation") or {})
     if e_mm is None or s_mm is None:

@@ -19,6 +19,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from experiments.scenarios import reordering
 from labs import grading
 from transport import wire
 from transport.config import TransportConfig
@@ -124,7 +125,7 @@ def check_code(folder: Path) -> list[grading.Check]:
 
 
 def check_results(doc: dict[str, Any]) -> list[grading.Check]:
-    spray, single = grading.arm(doc, "spray-unordered"), grading.arm(doc, "single-ordered")
+    spray, single = grading.arm(doc, reordering.SPRAY_UNORDERED), grading.arm(doc, reordering.SINGLE_ORDERED)
     sr, gr = spray.get("reorder") or {}, single.get("reorder") or {}
     late = sr.get("out_of_order") or 0
     size = next((f["message_size"] for f in spray["flows"] if f.get("message_size")), None) or 65536

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.scenarios.loss_recovery import arm_name
 from labs import grading
 from transport import wire
 from transport.config import TransportConfig
@@ -144,21 +145,24 @@ def _per_packet(arm: dict[str, Any]) -> float | None:
 
 def check_results(doc: dict[str, Any]) -> list[grading.Check]:
     arms = {name: grading.arm(doc, name) for name in
-            ("selective@0%", "selective@1%", "gobackn@1%", "selective@5%", "gobackn@5%")}
+            (arm_name("selective", 0), arm_name("selective", 1), arm_name("gobackn", 1), arm_name("selective", 5),
+             arm_name("gobackn", 5))}
     checks = []
-    for loss in ("1", "5"):
-        sel, gbn = _per_packet(arms[f"selective@{loss}%"]), _per_packet(arms[f"gobackn@{loss}%"])
+    for loss in (1, 5):
+        sel, gbn = _per_packet(arms[arm_name("selective", loss)]), _per_packet(arms[arm_name("gobackn", loss)])
         checks.append(grading.at_least(
             f"go-back-N resends more at {loss} % loss", gbn, RETX_RATIO * (sel or 0),
             f"go-back-N's retransmissions per packet delivered (selective repeat's: {sel or 0:.3g}; bound 2x it)"))
-    sel0, sel5, gbn5 = (arms[n]["goodput_bps"] / 1e6 for n in ("selective@0%", "selective@5%", "gobackn@5%"))
+    sel0, sel5, gbn5 = (arms[arm_name(rec, loss)]["goodput_bps"] / 1e6
+                        for rec, loss in (("selective", 0), ("selective", 5), ("gobackn", 5)))
     checks += [
         grading.at_least("selective repeat holds its goodput", sel5, SELECTIVE_KEEPS * sel0,
                          f"selective repeat's goodput at 5 % loss in Mb/s (lossless: {sel0:.3g}; bound 0.8x it)"),
         grading.at_least("selective repeat beats go-back-N", sel5, SELECTIVE_OVER_GOBACKN * gbn5,
                          f"selective repeat's goodput at 5 % loss in Mb/s (go-back-N's: {gbn5:.3g}; bound 1.2x it)"),
     ]
-    sel_med, gbn_med = arms["selective@5%"]["completion_p50_s"], arms["gobackn@5%"]["completion_p50_s"]
+    sel_med = arms[arm_name("selective", 5)]["completion_p50_s"]
+    gbn_med = arms[arm_name("gobackn", 5)]["completion_p50_s"]
     checks.append(grading.at_least(
         "go-back-N's messages wait longer", gbn_med, MEDIAN_RATIO * (sel_med or 0),
         f"go-back-N's median message completion at 5 % loss in s (selective repeat's: "

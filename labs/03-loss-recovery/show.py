@@ -9,6 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from experiments.scenarios.loss_recovery import arm_name
 from labs.catalogue import LabError
 from labs.grading import load_results
 from labs.script import attempt
@@ -53,9 +54,9 @@ def show_measured(student: ModuleType, target: Path) -> None:
     print(f"\nMeasured on the emulated fabric ({target}): retransmissions per packet delivered, and go-back-N's")
     print("window as the packets it resent per loss event, against your efficiency for that window:")
     print("  loss   selective  go-back-N  resent/event W  go-back-N of lossless  your efficiency(p, W)")
-    base = arms.get("gobackn@0%", {}).get("goodput_bps")
+    base = arms.get(arm_name("gobackn", 0), {}).get("goodput_bps")
     for loss in (0.1, 1.0, 5.0):
-        sel, gbn = arms.get(f"selective@{loss:g}%"), arms.get(f"gobackn@{loss:g}%")
+        sel, gbn = arms.get(arm_name("selective", loss)), arms.get(arm_name("gobackn", loss))
         if not sel or not gbn:
             print(f"  {loss:>4g} %  (arm missing or failed)")
             continue

@@ -5,7 +5,7 @@ On a folder of code (your copy of starter/, holding failover.py):
   (transport.simnet, the transport's own Connection spraying over 16 EVs) where one path is dead,
   two are dead, one is lossy, one is slow, all are healthy, or all are lossy, and must name exactly
   the EVs of the broken paths (EV mod the number of paths picks the path);
-- `time_to_recover` must agree with experiments.analysis.time_to_recover on hand-made series and
+- `time_to_recover` must agree with experiments.analysis.recovery_time.time_to_recover on hand-made series and
   on goodput series of simulated transfers whose path fails.
 
 On a results directory of `fabriclab run failover`: the link was cut in every arm, the controller
@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments import analysis
+from experiments.analysis.recovery_time import time_to_recover
+from experiments.scenarios import failover
 from labs import grading
 from labs.grading import Check
 from transport.config import TransportConfig
@@ -171,13 +172,14 @@ def _fmt(x: Any) -> str:
 def check_recovery_hand_made(mod: ModuleType) -> Check:
     label = "time_to_recover: hand-made series"
     for case, times, rates, fault_t, base, thr in _hand_made():
-        want = analysis.time_to_recover(times, rates, fault_t, base, thr)
+        want = time_to_recover(times, rates, fault_t, base, thr)
         got, err = grading.call(mod, "time_to_recover", times, rates, fault_t, base, thr)
         if err:
             return grading.failed(label, err.reason)
         if not _same(got, want):
             return grading.failed(label, f"'{case}': returned {_fmt(got)}, fabriclab's analysis gives {_fmt(want)}")
-    return grading.passed(label, f"all {len(_hand_made())} cases agree with experiments.analysis.time_to_recover "
+    return grading.passed(label, f"all {len(_hand_made())} cases agree with "
+                          "experiments.analysis.recovery_time.time_to_recover "
                           "(dips, a lone good sample, never back, the last sample, lower thresholds)")
 
 
@@ -208,7 +210,7 @@ def check_recovery_simulated(mod: ModuleType) -> list[Check]:
     for case, policy, down, thr in cases:
         label = f"time_to_recover: simulated {case}"
         times, rates, fault_t, base = simulated_series(policy, down, thr)
-        want = analysis.time_to_recover(times, rates, fault_t, base, thr)
+        want = time_to_recover(times, rates, fault_t, base, thr)
         got, err = grading.call(mod, "time_to_recover", times, rates, fault_t, base, thr)
         if err:
             checks.append(grading.failed(label, err.reason))
@@ -261,7 +263,7 @@ def _before_after(a: dict[str, Any], fault_t: float, duration: float) -> tuple[f
 def check_results(target: Path) -> list[Check]:
     doc = grading.load_results(target, "failover")
     checks: list[Check] = []
-    for name in ("adaptive", "ecmp-reroute", "tcp-ecmp"):
+    for name in (failover.ADAPTIVE, failover.ECMP_REROUTE, failover.TCP_ECMP):
         a = grading.arm(doc, name)
         cut = _cut(a)
         if cut is None:
@@ -272,8 +274,9 @@ def check_results(target: Path) -> list[Check]:
         checks.append(grading.at_most(f"{name}: controller reroute", None if took is None else took / 1e3, 1.0,
                                       f"{cut[0]}-{cut[1]} cut at {fault_t:.2f} s; seconds until the controller's "
                                       "new rules were confirmed"))
-        if name != "tcp-ecmp":
-            checks.append(grading.at_most(f"{name}: recovery", a.get("recovery_s"), 1.0 if name == "adaptive" else 1.5,
+        if name != failover.TCP_ECMP:
+            bound = 1.0 if name == failover.ADAPTIVE else 1.5
+            checks.append(grading.at_most(f"{name}: recovery", a.get("recovery_s"), bound,
                                           f"seconds until the slowest of {a.get('hit_flows', 0)} hit flow(s) was "
                                           "back to 90 %"))
         before, after = _before_after(a, fault_t, doc.get("duration_s") or 0.0)

@@ -25,11 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from experiments import analysis
-from experiments.live.workload import ring_order as alternating_order
+from experiments.analysis.placement import capacities, max_min_rates, path_weights
+from experiments.scenarios import allreduce, in_server
 from labs import grading
 from labs.catalogue import LabError
 from labs.grading import Check
+from live.workload import ring_order as alternating_order
 from topologies import Topology, parse_spec
 from transport.allreduce import bandwidth_bound
 from transport.config import TransportConfig
@@ -209,8 +210,8 @@ def _student_order(mod: ModuleType, server_of: dict[str, str]) -> tuple[list[str
 
 def edge_rates(topo: Topology, order: list[str]) -> list[float]:
     """Each ring edge's max-min fair rate over the links it crosses, all edges sending at once."""
-    flows = [analysis.path_weights(topo, a, b) for a, b in zip(order, order[1:] + order[:1], strict=True)]
-    return analysis.max_min_rates(flows, analysis.capacities(topo))
+    flows = [path_weights(topo, a, b) for a, b in zip(order, order[1:] + order[:1], strict=True)]
+    return max_min_rates(flows, capacities(topo))
 
 
 def check_order(mod: ModuleType) -> list[Check]:
@@ -273,8 +274,8 @@ def _correct(name: str, a: dict[str, Any]) -> Check:
 
 
 def check_in_server(doc: dict[str, Any]) -> list[Check]:
-    lat = {m: grading.arm(doc, f"ping-{m}").get("completion_p50_s") for m in ("local", "via-tor")}
-    ar = {m: grading.arm(doc, f"allreduce-{m}") for m in ("local", "via-tor")}
+    lat = {m: grading.arm(doc, in_server.ping_arm(m)).get("completion_p50_s") for m in in_server.ROUTES}
+    ar = {m: grading.arm(doc, in_server.allreduce_arm(m)) for m in in_server.ROUTES}
     checks = []
     ratio = lat["local"] / lat["via-tor"] if lat["local"] and lat["via-tor"] else None
     checks.append(grading.at_most("ping: local vs via the ToR", ratio, 0.9,
@@ -293,13 +294,13 @@ def check_in_server(doc: dict[str, Any]) -> list[Check]:
     ratio = t["via-tor"] / floor if t["via-tor"] and floor else None
     checks.append(grading.at_least("all-reduce via the ToR: NIC share", ratio, 0.9,
                                    f"seconds per iteration / the bound at 1/{n} of the NIC each"))
-    checks += [_correct(f"allreduce-{m}", a) for m, a in ar.items()]
+    checks += [_correct(in_server.allreduce_arm(m), a) for m, a in ar.items()]
     return checks
 
 
 def check_allreduce(doc: dict[str, Any]) -> list[Check]:
     checks = []
-    for name in ("ecmp", "spray", "ecmp-loss1", "spray-loss1"):
+    for name in allreduce.ARMS:
         a = grading.arm(doc, name)
         checks.append(_correct(name, a))
         ratio = a.get("ratio_to_bound")

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from experiments.scenarios import hot_link
 from labs import grading
 from labs.catalogue import LabError
 from transport.paths import is_plugin
@@ -26,7 +27,7 @@ from transport.policy_trial import BUILTINS, SCENARIOS, builtin_trial, run_trial
 
 FILE, CLASS = "my_policy.py", "MyPolicy"
 EXPERIMENT = "hot-link"
-BUILTIN_ARMS = {"ecmp-single": "single", "spray": "spray", "adaptive": "adaptive"}
+BUILTIN_ARMS = {hot_link.ECMP_SINGLE: "single", hot_link.SPRAY: "spray", hot_link.ADAPTIVE: "adaptive"}
 
 # Simulated network (deterministic): how close to the best built-in a policy must come.
 GOODPUT_OF_BEST = 0.85

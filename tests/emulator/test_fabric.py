@@ -188,7 +188,7 @@ def test_via_tor_hairpins_through_the_tor(in_server, restore_mode):
 def _rx(fab: Fabric, switch: str) -> int:
     from emulator.probe import switch_rx_packets
 
-    return switch_rx_packets(switch)
+    return switch_rx_packets(fab.ofctl_target(switch))
 
 
 def ping_count(fab: Fabric, src: str, dst: str, n: int) -> int:
@@ -208,7 +208,7 @@ def test_transport_over_real_sockets_sprays_across_spines(ls442, restore_mode, t
     spines = [s.name for s in ls442.topology.by_role("spine")]
     # Data enters the spines from h1's leaf; ACKs come back from the receiver's one port, so one path.
     from_leaf1 = {s: ls442.topology.links_between("leaf1", s)[0].port(s) for s in spines}
-    before = {s: port_rx_packets(s, from_leaf1[s]) for s in spines}
+    before = {s: port_rx_packets(ls442.ofctl_target(s), from_leaf1[s]) for s in spines}
     recv_json, send_json = tmp_path / "recv.json", tmp_path / "send.json"
     cli = command_line("srd")
     recv = ls442.host("h8").popen([*cli, "recv", "--bind", ls442.ip("h8"), "--expect-bytes", "2M",
@@ -228,7 +228,7 @@ def test_transport_over_real_sockets_sprays_across_spines(ls442, restore_mode, t
     sent = json.loads(send_json.read_text())
     got = json.loads(recv_json.read_text())
     assert sent["completed"] and got["bytes"] == sent["bytes"] == 2 * 2**20
-    crossed = {s: port_rx_packets(s, from_leaf1[s]) - before[s] for s in spines}
+    crossed = {s: port_rx_packets(ls442.ofctl_target(s), from_leaf1[s]) - before[s] for s in spines}
     assert all(v > 0.15 * sum(crossed.values()) for v in crossed.values()), crossed
 
 

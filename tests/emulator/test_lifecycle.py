@@ -27,7 +27,8 @@ def test_context_manager_tears_down():
     with Fabric(parse_spec(SMALL)) as fab:
         assert fab.api.health()["ready"]
         live = new_leftovers()
-        assert live["bridges"] and live["mininet_shells"] and live["controllers"] and live["run_records"]
+        assert live["ovs_daemons"] and live["mininet_shells"] and live["controllers"] and live["run_records"]
+        assert len(live["ovs_daemons"]) == 2 * len(fab.topology.switches)  # a database and a switch each
     assert_no_leftovers()
     assert fab.timings.bring_up_s > 0 and fab.timings.teardown_s > 0
 
@@ -38,8 +39,8 @@ def test_exception_inside_block_tears_down():
     assert_no_leftovers()
 
 
-def _start_up(tmp_path: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([*FABRICLAB, "up", "--topo", SMALL], stdout=subprocess.PIPE,
+def _start_up(tmp_path: Path, daemons: str = "per-switch") -> subprocess.Popen:
+    proc = subprocess.Popen([*FABRICLAB, "up", "--topo", SMALL, "--switch-daemons", daemons], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     assert proc.stdout is not None
@@ -53,20 +54,28 @@ def _start_up(tmp_path: Path) -> subprocess.Popen:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_up_tears_down_on_signal(tmp_path, sig):
     proc = _start_up(tmp_path)
-    assert new_leftovers()["bridges"]
+    assert new_leftovers()["ovs_daemons"]
     proc.send_signal(sig)
     assert proc.wait(timeout=60) in (0, 130)
     assert_no_leftovers()
 
 
-def test_clean_after_kill(tmp_path):
-    proc = _start_up(tmp_path)
+# What a killed run leaves for `clean` to find, and the line clean prints for it, per kind of switch daemon.
+KILL_LEFTOVERS = {"per-switch": ("ovs_daemons", "removed Open vSwitch daemon"),
+                  "shared": ("bridges", "removed bridge")}
+
+
+@pytest.mark.parametrize("daemons", sorted(KILL_LEFTOVERS))
+def test_clean_after_kill(tmp_path, daemons):
+    proc = _start_up(tmp_path, daemons)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert new_leftovers()["bridges"], "a killed run should leave bridges for clean to find"
+    kind, line = KILL_LEFTOVERS[daemons]
+    left = new_leftovers()
+    assert left[kind] and left["work_directories"], f"a killed run should leave {kind} for clean to find"
     out = subprocess.run([*FABRICLAB, "clean"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "removed bridge" in out.stdout
+    assert line in out.stdout
     assert_no_leftovers()
 
 
@@ -74,3 +83,32 @@ def test_doctor_passes_here():
     out = subprocess.run([*FABRICLAB, "doctor"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all required parts are present" in out.stdout
+
+
+def test_up_restarts_a_controller_that_dies(tmp_path):
+    """`up` notices its controller's death at once, says so, and brings it back; the switches reconnect."""
+    from emulator.state import active_runs
+
+    proc = _start_up(tmp_path)
+    try:
+        runs = [r for r in active_runs() if r.pid == proc.pid]
+        assert runs and runs[0].controller_pid
+        first = runs[0].controller_pid
+        os.kill(first, signal.SIGKILL)
+        lines = []
+        deadline = time.monotonic() + 60
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "controller back" in line or time.monotonic() > deadline:
+                break
+        text = "".join(lines)
+        assert "the controller exited" in text, text
+        assert "controller back" in text and "every switch reconnected" in text, text
+        again = next(r for r in active_runs() if r.pid == proc.pid).controller_pid
+        assert again and again != first
+        assert proc.poll() is None, "up should keep the fabric after the restart"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert_no_leftovers()

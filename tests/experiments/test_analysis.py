@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from experiments import analysis
+from experiments.analysis.fidelity import fidelity_verdict
+from experiments.analysis.hashing import balls_in_bins, ecmp_expectation
+from experiments.analysis.links import path_share, summarise_links
+from experiments.analysis.placement import derangement_across, host_rate_mbps, ideal_bps, max_min_rates
+from experiments.analysis.recovery_time import flow_recovery, time_to_recover
+from experiments.scenarios import ecmp_vs_spray
 from topologies import parse_spec
 
 
 def test_balls_in_bins_exact_collision_probability():
-    assert analysis.balls_in_bins(3, 2)["prob_collision"] == pytest.approx(1.0)
-    assert analysis.balls_in_bins(2, 4)["prob_collision"] == pytest.approx(0.25)
-    b = analysis.balls_in_bins(4, 4, trials=20000, seed=3)
+    assert balls_in_bins(3, 2)["prob_collision"] == pytest.approx(1.0)
+    assert balls_in_bins(2, 4)["prob_collision"] == pytest.approx(0.25)
+    b = balls_in_bins(4, 4, trials=20000, seed=3)
     assert b["prob_collision"] == pytest.approx(1 - 24 / 256)
     # E[max load] of 4 balls in 4 bins is 2.125 (exact); the Monte Carlo lands close.
     assert b["expected_max_load"] == pytest.approx(2.125, abs=0.03)
@@ -20,79 +25,106 @@ def test_balls_in_bins_exact_collision_probability():
 
 def test_max_min_shares_a_link_fairly():
     caps = {("l", "a"): 10.0, ("m", "a"): 4.0}
-    rates = analysis.max_min_rates([{("l", "a"): 1.0}, {("l", "a"): 1.0, ("m", "a"): 1.0}], caps)
+    rates = max_min_rates([{("l", "a"): 1.0}, {("l", "a"): 1.0, ("m", "a"): 1.0}], caps)
     assert rates == pytest.approx([6.0, 4.0])
 
 
 def test_ideal_of_permutation_on_non_blocking_fabric_is_hosts_times_rate():
     topo = parse_spec("leaf-spine:spines=2,leaves=2,hosts=2,rate=10")
-    pairs = analysis.derangement_across(topo, seed=5)
-    assert analysis.ideal_bps(topo, pairs) == pytest.approx(4 * 10e6)
+    pairs = derangement_across(topo, seed=5)
+    assert ideal_bps(topo, pairs) == pytest.approx(4 * 10e6)
 
 
 def test_derangement_crosses_leaves_and_is_a_permutation():
     topo = parse_spec("leaf-spine:spines=2,leaves=3,hosts=2")
     for seed in range(5):
-        pairs = analysis.derangement_across(topo, seed)
+        pairs = derangement_across(topo, seed)
         leaf = {h.name: h.labels["leaf"] for h in topo.hosts}
         assert sorted(s for s, _ in pairs) == sorted(d for _, d in pairs) == sorted(leaf)
         assert all(leaf[s] != leaf[d] for s, d in pairs)
-    assert analysis.derangement_across(topo, 1) == analysis.derangement_across(topo, 1)
+    assert derangement_across(topo, 1) == derangement_across(topo, 1)
 
 
 def test_ecmp_expectation_pigeonhole_topology_is_below_ideal():
     topo = parse_spec("leaf-spine:spines=2,leaves=2,hosts=3,host_rate=6,fabric_rate=9")
-    pairs = analysis.derangement_across(topo, 1)
-    exp = analysis.ecmp_expectation(topo, pairs, trials=300, seed=0)
+    pairs = derangement_across(topo, 1)
+    exp = ecmp_expectation(topo, pairs, trials=300, seed=0)
     assert exp.ideal_bps == pytest.approx(36e6)
     assert exp.prob_any_collision == 1.0
     assert 0.5 < exp.expected_fraction < 0.95
     assert exp.goodput_p10_bps <= exp.expected_goodput_bps <= exp.goodput_p90_bps
 
 
+
+def test_the_textbook_count_takes_uplinks_and_flows_per_source_switch():
+    """A 4-spine fabric whose first flow stays on its leaf (host 7 -> 5 of a 16-host matrix) once
+    printed "4 flows hashed onto 1 uplinks collide with probability 100%": the uplinks came from that
+    first pair's next hops. Only flows that leave a switch meet its uplinks."""
+    topo = parse_spec("leaf-spine:spines=4,leaves=4,hosts=4,rate=4")
+    leaf = {h.name: h.labels["leaf"] for h in topo.hosts}
+    assert leaf["h8"] == leaf["h6"]
+    pairs = [("h8", "h6")] + [(f"h{i}", f"h{(i + 3) % 16 + 1}") for i in range(1, 17) if i != 8]
+    leaving: dict[str, int] = {}
+    for s, d in pairs:
+        if leaf[s] != leaf[d]:
+            leaving[leaf[s]] = leaving.get(leaf[s], 0) + 1
+    busiest = max(leaving, key=lambda sw: leaving[sw])
+    exp = ecmp_expectation(topo, pairs, trials=50, seed=0)
+    bib = exp.balls_in_bins
+    assert (bib["balls"], bib["bins"]) == (leaving[busiest], 4) and exp.busiest_switch == busiest
+    assert bib["prob_collision"] == pytest.approx(balls_in_bins(leaving[busiest], 4)["prob_collision"])
+    assert bib["prob_collision"] < 1.0
+    words = ecmp_vs_spray.sentences({"arms": [], "analysis": {"ecmp_expectation": exp.to_dict()}})[0]
+    assert f"{leaving[busiest]} flows leaving {busiest} hashed onto 4 uplinks" in words
+    # No flow leaves its leaf: nothing is hashed onto an uplink, and no textbook line claims otherwise.
+    local = ecmp_expectation(topo, [("h1", "h2"), ("h2", "h1")], trials=10, seed=0)
+    assert local.balls_in_bins["balls"] == 0 and local.busiest_switch is None
+    words = ecmp_vs_spray.sentences({"arms": [], "analysis": {"ecmp_expectation": local.to_dict()}})
+    assert len(words) == 1 and "Balls in bins" not in words[0] and "Over the whole fabric" in words[0]
+
 def test_fidelity_verdicts():
-    ok = analysis.fidelity_verdict([0.6, 0.5], 10_000, 0, 100_000)
+    ok = fidelity_verdict([0.6, 0.5], 10_000, 0, 100_000)
     assert ok.trusted and not ok.reasons
-    busy = analysis.fidelity_verdict([0.6, 0.1], 10_000, 0, 100_000)
+    busy = fidelity_verdict([0.6, 0.1], 10_000, 0, 100_000)
     assert not busy.trusted and "CPU idle" in busy.reasons[0]
-    ceiling = analysis.fidelity_verdict([0.6], 85_000, 0, 100_000)
+    ceiling = fidelity_verdict([0.6], 85_000, 0, 100_000)
     assert not ceiling.trusted and "ceiling" in ceiling.reasons[0]
-    drops = analysis.fidelity_verdict([0.6], 1_000, 500, 100_000)
+    drops = fidelity_verdict([0.6], 1_000, 500, 100_000)
     assert not drops.trusted and "outside the shaped queues" in drops.reasons[0]
 
 
 def test_time_to_recover():
     times = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
     rates = [10, 10, 0, 2, 9.5, 10]
-    assert analysis.time_to_recover(times, rates, 0.15, 10) == pytest.approx(0.25)
-    assert analysis.time_to_recover(times, [10, 10, 0, 0, 0, 0], 0.15, 10) is None
+    assert time_to_recover(times, rates, 0.15, 10) == pytest.approx(0.25)
+    assert time_to_recover(times, [10, 10, 0, 0, 0, 0], 0.15, 10) is None
 
 
 def test_flow_recovery_from_a_goodput_series():
     # 10 Mb/s for 3 s, nothing for 0.5 s after a fault at 3 s, then 10 Mb/s again (0.1 s bins).
     series = [10e6] * 30 + [0.0] * 5 + [10e6] * 30
-    r = analysis.flow_recovery(series, 0.1, 3.0)
+    r = flow_recovery(series, 0.1, 3.0)
     assert r["hit"] and r["baseline_bps"] == pytest.approx(10e6)
     assert r["recovery_s"] == pytest.approx(0.5, abs=0.11)  # smoothing over two bins blurs one bin
-    untouched = analysis.flow_recovery([10e6] * 65, 0.1, 3.0)
+    untouched = flow_recovery([10e6] * 65, 0.1, 3.0)
     assert untouched == {"hit": False, "recovery_s": 0.0, "baseline_bps": pytest.approx(10e6)}
-    assert analysis.flow_recovery([], 0.1, 3.0) == {"hit": False, "recovery_s": None, "baseline_bps": None}
-    never = analysis.flow_recovery([10e6] * 30 + [0.0] * 35, 0.1, 3.0)
+    assert flow_recovery([], 0.1, 3.0) == {"hit": False, "recovery_s": None, "baseline_bps": None}
+    never = flow_recovery([10e6] * 30 + [0.0] * 35, 0.1, 3.0)
     assert never["hit"] and never["recovery_s"] is None
 
 
 def test_path_share_of_a_leafs_uplinks():
     arm = {"link_series": {"t": [0.0, 0.5, 1.0], "util": {
         "leaf1->spine1": [0.2, 0.3, 0.0], "leaf1->spine2": [0.6, 0.1, 0.0], "spine1->leaf2": [0.9, 0.9, 0.9]}}}
-    ps = analysis.path_share(arm, "leaf1")
+    ps = path_share(arm, "leaf1")
     assert ps["t"] == [0.0, 0.5, 1.0]
     assert ps["share"] == {"leaf1->spine1": [0.25, 0.75, 0.0], "leaf1->spine2": [0.75, 0.25, 0.0]}
-    assert analysis.path_share(arm, "leaf2") == {} and analysis.path_share({}, "leaf1") == {}
+    assert path_share(arm, "leaf2") == {} and path_share({}, "leaf1") == {}
 
 
 def test_host_rate_is_the_slowest_host_link():
-    assert analysis.host_rate_mbps(parse_spec("leaf-spine:host_rate=4,fabric_rate=6")) == 4
-    assert analysis.host_rate_mbps(parse_spec("in-server:servers=1,gpus=2,gpu_rate=100,nic_rate=20")) == 100
+    assert host_rate_mbps(parse_spec("leaf-spine:host_rate=4,fabric_rate=6")) == 4
+    assert host_rate_mbps(parse_spec("in-server:servers=1,gpus=2,gpu_rate=100,nic_rate=20")) == 100
 
 
 def test_link_summary_imbalance_and_hot_links():
@@ -106,7 +138,7 @@ def test_link_summary_imbalance_and_hot_links():
                           "tx_packets": tx // 1000, "rx_packets": 0})
         return {"t": t, "links": links}
 
-    s = analysis.summarise_links(topo, [sample(0.0, 0), sample(1.0, int(10e6 / 8))])
+    s = summarise_links(topo, [sample(0.0, 0), sample(1.0, int(10e6 / 8))])
     assert s.utilisation["leaf1->spine1"] == pytest.approx(1.0)
     assert s.link_imbalance == pytest.approx(8.0)  # one of eight fabric directions carries everything
     assert s.hot_links == ["leaf1->spine1"]

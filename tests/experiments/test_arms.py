@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from experiments import arms, catalogue, driver, results, traffic
+from experiments.analysis.framing import srd_framing
 from experiments.arms import Flow, base
-from experiments.model import Arm, Fault
+from experiments.model import Arm, Fault, SenderSettings
 from experiments.runner import RunOutcome
 from topologies import parse_spec
 
@@ -60,7 +61,7 @@ def test_a_new_kind_is_one_class(monkeypatch, tmp_path):
                      "series_bps": []} for _, m in base.endpoint_files(raw, "echo-")]
 
         def framing(self, flow: dict[str, Any]):
-            return results.analysis.srd_framing()
+            return srd_framing()
 
     assert arms.get("echo").describe(Arm("x")) == "echo over ecmp" == Arm("x", kind="echo").describe()
     raw = {"t0": 0.0, "traffic_s": 1.0, "samples": [{"t": 0.0, "links": []}], "cpu": [],
@@ -75,3 +76,13 @@ def test_a_new_kind_is_one_class(monkeypatch, tmp_path):
     assert driver.build_document(exp, topo, outcome)["arms"][0]["ideal_bps"] == pytest.approx(4e6)
     matrix = traffic.parse("Nodes 6\nConnections 1\n0->3 start 0 size 10\n", "t.cm")
     assert traffic.apply(exp, topo, matrix).workload.pattern == "matrix"
+
+
+def test_an_arms_sender_settings_are_typed_and_become_the_senders_options():
+    assert SenderSettings().args() == []
+    assert SenderSettings(cc="fixed", window=32).args() == ["--cc", "fixed", "--window", "32"]
+    assert Arm("x").sender == SenderSettings()
+    with pytest.raises(ValueError, match="unknown congestion control 'cubic'; use one of delay, fixed"):
+        SenderSettings(cc="cubic")
+    with pytest.raises(ValueError, match="window 0 is not a positive number"):
+        SenderSettings(window=0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import driver, results
+from experiments import driver, schema
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -19,7 +19,7 @@ def _run(tmp_path: Path, name: str, duration: float, arms: list[str] | None = No
         exp = replace(exp, arms=[a for a in exp.arms if a.name in arms])
     rendered = driver.execute(exp, topology, out_dir=tmp_path / name)
     doc = rendered.doc
-    assert results.validate_results(doc) == [], results.validate_results(doc)
+    assert schema.validate(doc) == [], schema.validate(doc)
     assert doc["complete"]
     assert (rendered.out_dir / "summary.md").exists() and rendered.plots
     by = {a["name"]: a for a in doc["arms"]}
@@ -99,7 +99,7 @@ def test_run_with_a_traffic_matrix(tmp_path):
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     doc = json.loads(out.stdout)
-    assert results.validate_results(doc) == [], results.validate_results(doc)
+    assert schema.validate(doc) == [], schema.validate(doc)
     assert doc["complete"] and doc["extra"]["traffic_matrix"]["connections"] == 3
     want = [("h1", "h4", 300000), ("h2", "h5", 150000), ("h6", "h3", 300000)]
     for a in doc["arms"]:

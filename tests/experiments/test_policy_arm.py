@@ -24,8 +24,8 @@ def test_the_added_arm_runs_the_policy_with_the_sprayed_arm_settings(name, templ
     assert [a.name for a in out.arms] == [a.name for a in exp.arms] + ["MyPolicy"]
     mine, like = out.arms[-1], next(a for a in exp.arms if a.name == template)
     assert template_arm(exp) == like
-    assert (mine.kind, mine.mode, mine.recovery, mine.delivery, mine.faults, mine.options, mine.workload) == (
-        like.kind, like.mode, like.recovery, like.delivery, like.faults, like.options, like.workload)
+    assert (mine.kind, mine.mode, mine.recovery, mine.delivery, mine.faults, mine.sender, mine.workload) == (
+        like.kind, like.mode, like.recovery, like.delivery, like.faults, like.sender, like.workload)
     assert mine.policy == SPEC and mine.labels["like"] == template
 
 

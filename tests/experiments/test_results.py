@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from experiments import catalogue, driver, report, results
+from experiments import catalogue, driver, overrides, report, results, schema
 from experiments.runner import Flow, RunOutcome
 from topologies import parse_spec
+from transport import schema as transport_schema
 
 SPEC = "leaf-spine:spines=2,leaves=2,hosts=1,rate=10"
 
@@ -63,7 +64,7 @@ def doc():
 
 
 def test_document_has_the_schema(doc):
-    assert results.validate_results(doc) == []
+    assert schema.validate(doc) == []
     arm = doc["arms"][0]
     assert arm["goodput_bps"] == pytest.approx(6e6)
     assert arm["ideal_bps"] == pytest.approx(10e6)
@@ -81,8 +82,17 @@ def test_validate_reports_missing_and_mistyped_keys(doc):
     bad = json.loads(json.dumps(doc))
     del bad["seed"]
     bad["arms"][0]["goodput_bps"] = "fast"
-    problems = results.validate_results(bad)
-    assert any("seed" in p for p in problems) and any("goodput_bps" in p for p in problems)
+    problems = schema.validate(bad)
+    assert "results: no key 'seed'" in problems and "results.arms[0].goodput_bps: str is not float" in problems
+    # One checker for endpoints' files and results alike: unknown keys and nested types count too.
+    bad = json.loads(json.dumps(doc))
+    bad["arms"][0]["goodput_bsp"] = 1.0
+    bad["arms"][0]["fidelity"]["trusted"] = "yes"
+    bad["arms"][1]["goodput_bps"] = -1.0
+    assert schema.validate(bad) == ["results.arms[0]: unknown key 'goodput_bsp'",
+                                    "results.arms[0].fidelity.trusted: str is not bool",
+                                    "results.arms[1] (spray): negative goodput"]
+    assert schema.problems is transport_schema.problems
 
 
 def test_summary_is_generated_from_the_numbers(doc):
@@ -116,18 +126,18 @@ def test_catalogue_builds_every_experiment_and_scales_faults():
         assert exp.name == name and exp.arms and exp.duration_s > 0
         parse_spec(exp.topology)
     fo = catalogue.get("failover").build()
-    short = catalogue.with_overrides(fo, duration=fo.duration_s / 2, seed=9)
+    short = overrides.with_overrides(fo, duration=fo.duration_s / 2, seed=9)
     assert short.arms[0].faults[0].at_s == pytest.approx(fo.arms[0].faults[0].at_s / 2)
     assert short.seed == 9
 
 
 def test_a_shorter_run_shrinks_an_all_reduce_array_with_a_floor():
     ar = catalogue.get("allreduce").build()
-    assert catalogue.with_overrides(ar, duration=ar.duration_s / 4).workload.elements == ar.workload.elements // 4
-    tiny = catalogue.with_overrides(ar, duration=0.01).workload
-    assert tiny.elements == catalogue.MIN_COLLECTIVE_ELEMENTS and tiny.iterations == ar.workload.iterations
+    assert overrides.with_overrides(ar, duration=ar.duration_s / 4).workload.elements == ar.workload.elements // 4
+    tiny = overrides.with_overrides(ar, duration=0.01).workload
+    assert tiny.elements == overrides.MIN_COLLECTIVE_ELEMENTS and tiny.iterations == ar.workload.iterations
     ecmp = catalogue.get("ecmp-vs-spray").build()
-    assert catalogue.with_overrides(ecmp, duration=1).workload == ecmp.workload
+    assert overrides.with_overrides(ecmp, duration=1).workload == ecmp.workload
 
 
 def test_cli_list_and_report(doc, tmp_path: Path, capsys):
@@ -146,7 +156,7 @@ def test_cli_list_and_report(doc, tmp_path: Path, capsys):
 def test_arms_keeps_the_named_arms_in_order_and_names_the_choices_when_wrong():
     lr = catalogue.get("loss-recovery").build()
     names = [a.name for a in lr.arms]
-    picked = catalogue.with_overrides(lr, arms=[names[3], names[0]])
+    picked = overrides.with_overrides(lr, arms=[names[3], names[0]])
     assert [a.name for a in picked.arms] == [names[0], names[3]]
-    with pytest.raises(catalogue.ArmNotFound, match=f"no arm 'nope'; its arms are {names[0]}"):
-        catalogue.with_overrides(lr, arms=["nope"])
+    with pytest.raises(overrides.ArmNotFound, match=f"no arm 'nope'; its arms are {names[0]}"):
+        overrides.with_overrides(lr, arms=["nope"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from experiments import analysis, report, results
+from experiments import report, results
+from experiments.analysis.framing import first_packet_bytes, srd_framing, tcp_framing, wire_bytes
 from experiments.model import Arm
 from tests.experiments.simulated_endpoints import MESSAGE, sender_record, transfer
 from topologies import parse_spec
@@ -37,15 +38,15 @@ def _slowdown(size: int, path: PathSpec, topo_rate_mbps: float) -> float:
 
 
 def test_framing_is_the_transports_wire_overhead():
-    f = analysis.srd_framing()
+    f = srd_framing()
     assert f.overhead == DATA_WIRE_OVERHEAD == DATA_HEADER_LEN + 8 + 20 + 14
     assert f.payload == 1400 - DATA_HEADER_LEN
     # One 64 KiB message: 48 full datagrams and one of 352 bytes, 84 bytes of headers each.
-    assert analysis.wire_bytes(MESSAGE, f) == MESSAGE + 49 * 84
-    assert analysis.wire_bytes(2 * MESSAGE + 10, f) == 2 * MESSAGE + 10 + (2 * 49 + 1) * 84
-    assert analysis.first_packet_bytes(10, f) == 94 and analysis.first_packet_bytes(MESSAGE, f) == 1442
-    tcp = analysis.tcp_framing()
-    assert analysis.wire_bytes(1448 * 3, tcp) == 1514 * 3
+    assert wire_bytes(MESSAGE, f) == MESSAGE + 49 * 84
+    assert wire_bytes(2 * MESSAGE + 10, f) == 2 * MESSAGE + 10 + (2 * 49 + 1) * 84
+    assert first_packet_bytes(10, f) == 94 and first_packet_bytes(MESSAGE, f) == 1442
+    tcp = tcp_framing()
+    assert wire_bytes(1448 * 3, tcp) == 1514 * 3
 
 
 @pytest.mark.parametrize("size", [5_000, 100_000, 1_000_000])

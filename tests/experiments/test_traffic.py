@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments import driver, runner, traffic
+from experiments.arms import base
 from experiments.traffic import Connection, TrafficError, TrafficMatrix
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,10 +165,35 @@ def test_experiments_without_flows_are_refused_and_later_starts_pass_through():
         traffic.apply(exp, topo, m)
     exp, topo = driver.prepare("ecmp-vs-spray")
     late = traffic.parse("Nodes 6\nConnections 2\n0->3 start 0 size 10\n1->4 start 5e9 size 10\n", "t.cm")
-    # The runner releases each flow at its own start (FLOW_START_OFFSETS), so later starts pass through.
-    assert runner.FLOW_START_OFFSETS
     flows = runner.plan_flows(traffic.apply(exp, topo, late).workload, topo, 1)
     assert [f.start_s for f in flows] == [0.0, pytest.approx(0.005)]
+
+
+def test_the_starters_release_each_flow_at_its_own_start():
+    """What lets a matrix's later starts through: every kind releases its senders (or starts its
+    clients) through one schedule, at the traffic's start plus the flow's own offset."""
+    ctx = SimpleNamespace(t0=time.monotonic(), stop=threading.Event())
+    started: dict[str, float] = {}
+    done = threading.Event()
+
+    def start(name: str) -> None:
+        started[name] = time.monotonic() - ctx.t0
+        if len(started) == 3:
+            done.set()
+
+    base._start_on_schedule(ctx, [(0.3, partial(start, "late")), (0.0, partial(start, "now")),
+                                  (0.15, partial(start, "soon"))])
+    assert list(started) == ["now"]  # due at once: started before the call returns
+    assert done.wait(5)
+    assert list(started) == ["now", "soon", "late"]
+    assert started["soon"] >= 0.15 and started["late"] >= 0.3
+    # Once the arm stops, starts still due are dropped: a held sender never released exits on SIGTERM.
+    ctx = SimpleNamespace(t0=time.monotonic(), stop=threading.Event())
+    started.clear()
+    base._start_on_schedule(ctx, [(0.2, partial(start, "never"))])
+    ctx.stop.set()
+    time.sleep(0.3)
+    assert started == {}
 
 
 @pytest.mark.parametrize(("text", "fragment"), [

@@ -12,9 +12,9 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestClient, TestServer
 
-from experiments.live.backend import FakeBackend
-from experiments.live.server import make_app, serve
-from experiments.live.session import LiveSession
+from live.backend import FakeBackend
+from live.server import make_app, serve
+from live.session import LiveSession
 from tests.live.conftest import SPEC, run
 from topologies import parse_spec
 

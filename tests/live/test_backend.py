@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from experiments.live import state, workload
-from experiments.live.backend import ControllerLost, FabricBackend, FakeBackend
+from live import state, workload
+from live.backend import ControllerLost, FabricBackend, FakeBackend
 from topologies import parse_spec
 
 TOPO = parse_spec("leaf-spine:spines=2,leaves=4,hosts=2,rate=10")

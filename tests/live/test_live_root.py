@@ -12,9 +12,9 @@ import time
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from experiments.live.backend import FabricBackend
-from experiments.live.server import make_app
-from experiments.live.session import LiveSession
+from live.backend import FabricBackend
+from live.server import make_app
+from live.session import LiveSession
 from tests.emulator_helpers import assert_no_leftovers
 from tests.live.conftest import SPEC, run
 from topologies import parse_spec

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.live import controls
-from experiments.live.backend import FakeBackend
-from experiments.live.controls import ControlError
-from experiments.live.session import LiveSession
-from experiments.live.tui import KeyInput
+from live import controls
+from live.backend import FakeBackend
+from live.controls import ControlError
+from live.session import LiveSession
+from live.tui import KeyInput
 from tests.live.conftest import SPEC, run
 from tests.live.test_api import live, post
 from topologies import parse_spec
@@ -53,7 +53,7 @@ def test_the_terminal_cycles_through_the_users_policy_too():
 def test_the_page_adds_a_button_for_the_users_policy():
     from importlib import resources
 
-    js = resources.files("experiments.live").joinpath("static/app.js").read_text()
+    js = resources.files("live").joinpath("static/app.js").read_text()
     assert "addPolicyButtons(msg.policies)" in js and "policyLabel(msg.policy)" in js
 
 

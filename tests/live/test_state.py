@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments import analysis
-from experiments.live import state
-from experiments.live.layout import layout, tiers
+from experiments.analysis.links import fabric_hops, hop_label, summarise_links
+from experiments.analysis.placement import derangement_across
+from live import state
+from live.layout import layout, tiers
 from topologies import parse_spec
 
 TOPO = parse_spec("leaf-spine:spines=2,leaves=4,hosts=2,rate=10")
@@ -66,16 +67,16 @@ def test_byte_deltas_are_the_fallback_and_never_negative():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=5_000_000), min_size=16, max_size=16))
 def test_imbalance_and_hot_links_match_the_experiments_definition(byte_counts):
-    """On byte counters over a window, the live numbers equal experiments.analysis.summarise_links."""
-    fabric = sorted(analysis.fabric_hops(TOPO))
+    """On byte counters over a window, the live numbers equal experiments.analysis.links.summarise_links."""
+    fabric = sorted(fabric_hops(TOPO))
     hops = [(name, end) for name in fabric for end in name.split("-")]
     nbytes = dict(zip(hops, byte_counts, strict=True))
     s0, s1 = sample(TOPO, 0.0, with_util=False), sample(TOPO, 1.0, nbytes=nbytes, with_util=False)
     m = state.fabric_metrics(TOPO, state.directed_util(s1, s0))
     # The runner's samples carry "t"; the controller's bodies carry "time".
-    ref = analysis.summarise_links(TOPO, [s0 | {"t": 0.0}, s1 | {"t": 1.0}])
+    ref = summarise_links(TOPO, [s0 | {"t": 0.0}, s1 | {"t": 1.0}])
     assert m.imbalance == pytest.approx(ref.link_imbalance, abs=1e-3)
-    assert sorted(analysis.hop_label(h) for h in m.hot) == sorted(ref.hot_links)
+    assert sorted(hop_label(h) for h in m.hot) == sorted(ref.hot_links)
 
 
 def test_a_cut_link_is_left_out_of_the_mean():
@@ -88,7 +89,7 @@ def test_a_cut_link_is_left_out_of_the_mean():
 
 
 def test_hot_needs_both_fullness_and_excess_over_the_mean():
-    fabric = sorted(analysis.fabric_hops(SMALL))
+    fabric = sorted(fabric_hops(SMALL))
     all_full = {(name, end): 0.9 for name in fabric for end in name.split("-")}
     assert state.fabric_metrics(SMALL, all_full).hot == []  # full but even: nothing stands out
     one = {("leaf1-spine1", "leaf1"): 0.9}
@@ -137,7 +138,7 @@ def test_one_path_per_flow_resolves_what_only_one_flow_can_explain():
 @given(st.integers(min_value=0, max_value=10_000), st.booleans())
 def test_inference_never_rules_out_the_true_path(seed, one_path):
     rng = random.Random(seed)
-    flows = analysis.derangement_across(TOPO, seed)
+    flows = derangement_across(TOPO, seed)
     truth = [rng.choice(["spine1", "spine2"]) for _ in flows]
     util = place(TOPO, flows, truth)
     for p, spine in zip(state.infer_placement(TOPO, flows, util, one_path_per_flow=one_path), truth, strict=True):

@@ -6,10 +6,10 @@ import asyncio
 
 from rich.console import Console
 
-from experiments.live import controls
-from experiments.live.backend import FakeBackend
-from experiments.live.session import LiveSession
-from experiments.live.tui import KeyInput, numbered_links, render, run_tui, spark
+from live import controls
+from live.backend import FakeBackend
+from live.session import LiveSession
+from live.tui import KeyInput, numbered_links, render, run_tui, spark
 from tests.live.conftest import SPEC, run
 from topologies import parse_spec
 

@@ -1,7 +1,7 @@
 """The dashboard's HTTP server (aiohttp): the page, its static files, a JSON API and a push stream.
 
 GET  /                  the page (static/index.html; app.js and style.css under /static/)
-GET  /api/topology      tiers, nodes and links to draw (experiments.live.layout)
+GET  /api/topology      tiers, nodes and links to draw (live.layout)
 GET  /api/state         everything at once: status, links, metrics, placement, series, events
 GET  /api/stream        server-sent events: a snapshot, then an update per sample (at least 1/s)
 POST /api/mode          {"mode": "ecmp" | "spray" | "single"}
@@ -29,9 +29,9 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from experiments.live import controls
-from experiments.live.controls import ControlError
-from experiments.live.session import LiveSession
+from live import controls
+from live.controls import ControlError
+from live.session import LiveSession
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ async def static(request: web.Request) -> web.Response:
 
 
 def _static_file(name: str) -> web.Response:
-    data = (resources.files("experiments.live") / "static" / name).read_bytes()
+    data = (resources.files("live") / "static" / name).read_bytes()
     return web.Response(body=data, content_type=STATIC_FILES[name], charset="utf-8",
                         headers={"Cache-Control": "no-cache", **SECURITY_HEADERS})
 

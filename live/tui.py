@@ -26,10 +26,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from experiments import analysis
-from experiments.live import controls
-from experiments.live.controls import ControlError
-from experiments.live.session import LiveSession
+from experiments.analysis.links import fabric_hops
+from live import controls
+from live.controls import ControlError
+from live.session import LiveSession
 from topologies import Topology
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -38,7 +38,7 @@ BAR_WIDTH = 20
 
 def numbered_links(topo: Topology) -> list[str]:
     """Link names in the order the terminal numbers them (1-based): fabric links, then host links."""
-    fabric = analysis.fabric_hops(topo)
+    fabric = fabric_hops(topo)
     names = [lk.name for lk in topo.links]
     return [n for n in names if n in fabric] + [n for n in names if n not in fabric]
 

@@ -5,7 +5,7 @@ switch routing mode and path policy, cut/restore a link, set loss, report the wo
 Every call may block; the session runs them in worker threads.
 
 `FabricBackend` is the real thing: emulator.network.Fabric (Mininet, Open vSwitch, the controller)
-plus the workload processes of experiments.live.workload. `FakeBackend` keeps the same promises in
+plus the workload processes of live.workload. `FakeBackend` keeps the same promises in
 memory, from the same topology description: flows follow what the routing mode and the transport's
 policy would do with their source ports (ECMP hashes each port, spray maps the port's low bits to a
 path, single pins one path per destination), share links max-min fairly, lose rate on lossy paths,
@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from experiments import analysis
-from experiments.live.controls import MODES, POLICIES
-from experiments.live.state import path_hops
-from experiments.live.workload import WORKLOADS, Workload, plan_pairs
+from experiments.analysis.placement import Hop, capacities, max_min_rates
+from live.controls import MODES, POLICIES
+from live.state import path_hops
+from live.workload import WORKLOADS, Workload, plan_pairs
 from topologies import Topology, equal_cost_paths
 from transport.addressing import DEFAULT_BASE_PORT
 from transport.paths import is_plugin
@@ -171,9 +171,9 @@ class FakeBackend:
         self._pairs = plan_pairs(topology, workload, seed)
         self._down: set[str] = set()
         self._loss: dict[str, float] = {}
-        self._bytes: dict[analysis.Hop, float] = {}
-        self._packets: dict[analysis.Hop, float] = {}
-        self._rates: dict[analysis.Hop, float] = {}
+        self._bytes: dict[Hop, float] = {}
+        self._packets: dict[Hop, float] = {}
+        self._rates: dict[Hop, float] = {}
         self._last: float | None = None
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -313,17 +313,17 @@ class FakeBackend:
             picks = clean or picks
         return picks
 
-    def _compute_rates(self) -> dict[analysis.Hop, float]:
+    def _compute_rates(self) -> dict[Hop, float]:
         topo = self.topology
         down = [lk for lk in topo.links if lk.name in self._down]
-        weights: list[dict[analysis.Hop, float]] = []
+        weights: list[dict[Hop, float]] = []
         penalty: list[float] = []
         for i, (src, dst) in enumerate(self._pairs):
             paths = equal_cost_paths(topo, src, dst, down)
             if not paths or src in self.dead_hosts:
                 continue
             picks = self._evs(i, paths, src, dst)
-            w: dict[analysis.Hop, float] = {}
+            w: dict[Hop, float] = {}
             lossy = 0.0
             for idx in picks:
                 hops = path_hops(topo, paths[idx])
@@ -333,12 +333,12 @@ class FakeBackend:
             weights.append(w)
             # Congestion control backs off on loss: a crude, monotone stand-in for the real transport.
             penalty.append(max(0.05, 1.0 - 0.08 * lossy))
-        caps = {h: c for h, c in analysis.capacities(topo).items() if h[0] not in self._down}
+        caps = {h: c for h, c in capacities(topo).items() if h[0] not in self._down}
         for w in weights:
             for hop in w:
                 caps.setdefault(hop, 0.0)
-        rates = analysis.max_min_rates(weights, caps) if weights else []
-        out: dict[analysis.Hop, float] = {}
+        rates = max_min_rates(weights, caps) if weights else []
+        out: dict[Hop, float] = {}
         for w, r, p in zip(weights, rates, penalty, strict=True):
             r *= p
             for hop, share in w.items():

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from experiments.live.backend import Backend
-from experiments.live.controls import POLICIES, Control, ControlError
-from experiments.live.layout import layout
-from experiments.live.state import LiveState
+from live.backend import Backend
+from live.controls import POLICIES, Control, ControlError
+from live.layout import layout
+from live.state import LiveState
 
 log = logging.getLogger(__name__)
 

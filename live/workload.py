@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments import analysis
-from experiments.live.layout import natural_key
+from experiments.analysis.placement import derangement_across, host_rate_mbps
+from live.layout import natural_key
 from topologies import Topology
 from transport import command_line
 from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
@@ -61,7 +61,7 @@ class Proc:
 def plan_pairs(topo: Topology, workload: str, seed: int) -> list[tuple[str, str]]:
     """The flows (src, dst) of a workload: who sends to whom."""
     if workload == "permutation":
-        return analysis.derangement_across(topo, seed)
+        return derangement_across(topo, seed)
     if workload == "allreduce":
         ranks = ring_order(topo)
         return [(h, ranks[(i + 1) % len(ranks)]) for i, h in enumerate(ranks)]
@@ -143,7 +143,7 @@ class Workload:
         else:
             ranks = [s for s, _ in self.pairs]
             peers = ",".join(f"{self.fab.ip(h)}:{DEFAULT_PORT}" for h in ranks)
-            host_rate = analysis.host_rate_mbps(self.fab.topology)
+            host_rate = host_rate_mbps(self.fab.topology)
             for r, h in enumerate(ranks):
                 cmd = command_line("allreduce", "--rank", str(r), "--peers", peers,
                                    "--size", str(ALLREDUCE_ELEMENTS), "--iterations", str(ALLREDUCE_ITERATIONS),

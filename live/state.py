@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any
 
-from experiments import analysis
-from experiments.analysis import HOT_OVER_MEAN, HOT_UTIL, Hop, hop_label
-from experiments.live.layout import node_levels
+from experiments.analysis.links import HOT_OVER_MEAN, HOT_UTIL, fabric_hops, hop_label
+from experiments.analysis.placement import Hop
+from live.layout import node_levels
 from topologies import Topology, equal_cost_paths
 
 # A link direction "carries" a flow's bytes above this utilisation; below it are ACKs and noise
@@ -93,7 +93,7 @@ def fabric_metrics(topo: Topology, util: dict[Hop, float], down: Iterable[str] =
     """Goodput, imbalance and hot links of one moment, as experiments.analysis.summarise_links defines
     them over a window. A cut link is left out of the mean: it is capacity the fabric does not have,
     not capacity the routing wastes."""
-    fabric = analysis.fabric_hops(topo)
+    fabric = fabric_hops(topo)
     down = set(down)
     values = {(lk.name, end): util.get((lk.name, end), 0.0) for lk in topo.links
               if lk.name in fabric and lk.name not in down for end in (lk.a, lk.b)}
@@ -123,7 +123,7 @@ def path_hops(topo: Topology, path: Sequence[str]) -> list[Hop]:
 
 
 def _switch_hops(topo: Topology, hops: Sequence[Hop]) -> list[Hop]:
-    fabric = analysis.fabric_hops(topo)
+    fabric = fabric_hops(topo)
     return [h for h in hops if h[0] in fabric]
 
 

@@ -1,0 +1,88 @@
+"""The private Open vSwitch daemons of per-switch fabrics: where each instance keeps its files, which
+processes are its, and how to stop them by the pids they recorded (never by program name).
+
+An instance's directory is `<run workdir>/ovs/<switch>/`: database, sockets, pidfiles and logs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+DAEMONS = ("ovs-vswitchd", "ovsdb-server")
+# Switches look for a restarted controller every second at most (OVS backs off to 8 s by default).
+RECONNECT_MS = 1000
+
+
+def instance_dir(workdir: Path | str, switch: str) -> Path:
+    return Path(workdir) / "ovs" / switch
+
+
+def daemon_pids(directory: Path | str) -> dict[str, int]:
+    """The daemons' pids from their pidfiles in one instance directory (those that wrote one)."""
+    pids = {}
+    for name in DAEMONS:
+        try:
+            pids[name] = int((Path(directory) / f"{name}.pid").read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def all_daemon_pids(workdir: Path | str) -> list[int]:
+    """Every private daemon's pid recorded under a run's work directory."""
+    root = Path(workdir) / "ovs"
+    if not root.is_dir():
+        return []
+    return [pid for d in sorted(root.iterdir()) for pid in daemon_pids(d).values()]
+
+
+def vswitchd_pids(workdir: Path | str) -> list[int]:
+    root = Path(workdir) / "ovs"
+    if not root.is_dir():
+        return []
+    return [p for d in sorted(root.iterdir()) if (p := daemon_pids(d).get("ovs-vswitchd"))]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def stop_daemons(pids: Iterable[int], must_contain: str, timeout: float = 5.0) -> list[int]:
+    """SIGTERM every listed daemon whose command line still names `must_contain` (its own instance
+    directory, so a recycled pid is never hit), wait for all together, SIGKILL what is left.
+    Returns the pids that were ours and running."""
+    ours = [pid for pid in pids if must_contain in _cmdline(pid)]
+    for pid in ours:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    left = list(ours)
+    while left and time.monotonic() < deadline:
+        left = [pid for pid in left if _alive(pid)]
+        if left:
+            time.sleep(0.02)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return ours
+
+
+def _alive(pid: int) -> bool:
+    # Daemons detach (their parent is init), so they are not our children to reap; a zombie has no
+    # command line left.
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return bool(_cmdline(pid))

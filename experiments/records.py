@@ -1,0 +1,161 @@
+"""A run on disk while it runs: its own results directory, a manifest written before the first arm and
+one record per arm written the moment that arm finishes, so that a crash, a full disk or an OOM kill
+in a later arm keeps every finished arm's link and CPU samples; `fabriclab report DIR` rebuilds the
+run (results.json, summary.md, plots) from them (`load_run`).
+
+    results/NAME/<YYYYmmdd-HHMMSS>[-NN]/
+        run.json            the experiment as run, the fabric, when it started (and finished)
+        arms/NNN-<arm>.json  per arm, in run order: the arm, its flows and its raw material
+        raw/<arm>/           every endpoint's own files (the runner's)
+
+Every file is written whole or not at all: a temporary file of its own in the same directory, fsync,
+rename, fsync of the directory. An OSError while writing becomes a ResultsWriteError naming the path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import asdict
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.arms import Flow
+from experiments.model import Arm, Experiment, arm_from_dict, experiment_from_dict
+from topologies import Topology
+
+RUN_FILE = "run.json"
+ARMS_DIR = "arms"
+RESULTS_FILE = "results.json"
+
+
+class ResultsWriteError(OSError):
+    """A results file or directory could not be written; the message is one line naming it."""
+
+
+def jsonable(obj: Any) -> Any:
+    """`json.dumps` default for what the runner's records hold besides plain data."""
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON-serialisable")
+
+
+def write_error(path: Path, exc: OSError) -> ResultsWriteError:
+    return ResultsWriteError(f"cannot write {path}: {exc.strerror or exc}")
+
+
+def atomic_write(path: Path, text: str) -> Path:
+    """Write `text` to `path` so that a reader (or a crash) sees the old file or the whole new one."""
+    path = Path(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        tmp = None
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def atomic_write_json(path: Path, obj: Any) -> Path:
+    return atomic_write(path, json.dumps(obj, indent=1, default=jsonable) + "\n")
+
+
+def _fsync_dir(path: Path) -> None:
+    # The rename is durable only once the directory entry is: fsync the directory too.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def new_run_dir(root: Path, name: str, now: float | None = None) -> Path:
+    """A directory of its own for a run of `name` under `root`: named after the second it started,
+    with -02, -03, ... when another run took that name (created exclusively, so two runs in the same
+    second never share one; the names still sort in the order the runs started)."""
+    parent = Path(root) / name
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        for n in count(1):
+            candidate = parent / (stamp if n == 1 else f"{stamp}-{n:02d}")
+            try:
+                candidate.mkdir()
+                return candidate
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise write_error(parent, exc) from None
+    raise AssertionError("unreachable")
+
+
+def arm_slug(arm: Arm, repetition: int, repetitions: int) -> str:
+    """The arm's name as a file name (and its repetition when the run repeats)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", arm.name) + (f"-rep{repetition + 1}" if repetitions > 1 else "")
+
+
+def write_manifest(out_dir: Path, exp: Experiment, topo: Topology, started: float,
+                   finished: float | None = None, complete: bool | None = None) -> Path:
+    return atomic_write_json(Path(out_dir) / RUN_FILE, {
+        "experiment": exp.to_dict(), "topology": topo.to_dict(), "started": started,
+        "finished": finished, "complete": complete,
+    })
+
+
+def write_arm(out_dir: Path, index: int, slug: str, arm: Arm, raw: dict[str, Any], flows: list[Flow],
+              bytes_per_flow: int) -> Path:
+    """The record of one finished arm (an errored or interrupted one too: its error is its result)."""
+    return atomic_write_json(Path(out_dir) / ARMS_DIR / f"{index:03d}-{slug}.json", {
+        "index": index, "arm": asdict(arm), "flows": [asdict(f) for f in flows],
+        "bytes_per_flow": bytes_per_flow, "finished": time.time(), "raw": raw,
+    })
+
+
+def has_records(out_dir: Path) -> bool:
+    return (Path(out_dir) / RUN_FILE).is_file()
+
+
+def load_run(out_dir: Path) -> tuple[Experiment, Topology, Any]:
+    """The experiment, fabric and outcome of a run from its manifest and arm records, as far as it got
+    (a run that never wrote its end is incomplete)."""
+    from experiments.runner import RunOutcome
+
+    out_dir = Path(out_dir)
+    manifest = json.loads((out_dir / RUN_FILE).read_text())
+    exp = experiment_from_dict(manifest["experiment"])
+    topo = Topology.from_dict(manifest["topology"])
+    paths = sorted((out_dir / ARMS_DIR).glob("[0-9][0-9][0-9]-*.json")) if (out_dir / ARMS_DIR).is_dir() else []
+    raws: list[tuple[Arm, dict[str, Any]]] = []
+    flows: dict[str, list[Flow]] = {}
+    nbytes: dict[str, int] = {}
+    finished = manifest.get("finished")
+    for path in paths:
+        rec = json.loads(path.read_text())
+        arm = arm_from_dict(rec["arm"])
+        raws.append((arm, rec["raw"]))
+        flows[arm.name] = [Flow(**f) for f in rec["flows"]]
+        nbytes[arm.name] = rec["bytes_per_flow"]
+        if manifest.get("finished") is None:
+            finished = max(finished or 0.0, rec.get("finished") or 0.0)
+    complete = bool(manifest.get("complete"))
+    return exp, topo, RunOutcome(raws, complete, manifest["started"], finished or manifest["started"], flows, nbytes)

@@ -1,0 +1,1 @@
+"""One module per experiment (see experiments.catalogue, which lists them)."""

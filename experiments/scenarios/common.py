@@ -1,0 +1,42 @@
+"""What the experiments' analyses and sentences share: reading a results document's arms and flows,
+formatting rates and times, summarising an all-reduce arm."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments.schema import ArmResult, ResultsDocument
+
+
+def mbps(bps: float | None) -> str:
+    return "-" if bps is None else f"{bps / 1e6:.1f} Mb/s"
+
+
+def ok_arms(arms: list[ArmResult]) -> list[ArmResult]:
+    return [a for a in arms if not a.get("error")]
+
+
+def arms_by_name(doc: ResultsDocument) -> dict[str, ArmResult]:
+    return {a["name"]: a for a in ok_arms(doc["arms"])}
+
+
+def flow_pairs(doc: ResultsDocument) -> list[tuple[str, str]]:
+    return [(f["src"], f["dst"]) for f in doc.get("flows", [])]
+
+
+def secs(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def allreduce_summary(a: ArmResult) -> dict[str, Any]:
+    flows = a.get("flows", [])
+    means = [f["iteration_mean_s"] for f in flows if f.get("iteration_mean_s")]
+    bounds = [f["bound_s"] for f in flows if f.get("bound_s")]
+    correct = [f.get("correct") for f in flows]
+    mean = max(means) if means else None
+    bound = bounds[0] if bounds else None
+    return {"iteration_s": mean, "bound_s": bound, "ratio_to_bound": (mean / bound) if mean and bound else None,
+            "correct": bool(correct) and all(c is True for c in correct)}
+

@@ -1,0 +1,74 @@
+"""In-server: GPU latency and ring all-reduce through the local switch vs the ToR hairpin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments.model import Arm, Experiment, Workload
+from experiments.scenarios.common import allreduce_summary, ok_arms, secs
+from experiments.schema import ResultsDocument
+from topologies import Topology
+
+NAME = "in-server"
+SUMMARY = "GPU latency and all-reduce through the local switch vs the ToR hairpin"
+ROUTES = ("local", "via-tor")  # the routing modes compared; each has a ping and an all-reduce arm
+
+
+def ping_arm(mode: str) -> str:
+    return f"ping-{mode}"
+
+
+def allreduce_arm(mode: str) -> str:
+    return f"allreduce-{mode}"
+
+
+def build() -> Experiment:
+    pairs = (("s1g1", "s1g2"),)
+    ring = tuple((f"s1g{i}", f"s1g{i % 4 + 1}") for i in range(1, 5))
+    ar = Workload(pattern="pairs", pairs=ring, elements=262144, iterations=3)
+    return Experiment(
+        name=NAME,
+        title="In-server: GPU to GPU through the local switch vs the ToR hairpin",
+        description="Latency (ping) between two GPUs of one server, and a ring all-reduce among four of "
+        "its GPUs, routed through the server's local switch (NVSwitch-like) or up to the ToR and back.",
+        topology="in-server:servers=2,gpus=8",
+        arms=[
+            Arm(ping_arm("local"), kind="ping", mode="local"),
+            Arm(ping_arm("via-tor"), kind="ping", mode="via-tor"),
+            Arm(allreduce_arm("local"), kind="allreduce", mode="local", policy="spray", workload=ar),
+            Arm(allreduce_arm("via-tor"), kind="allreduce", mode="via-tor", policy="spray", workload=ar),
+        ],
+        workload=Workload(pattern="pairs", pairs=pairs),
+        duration_s=3.0,
+        seed=1,
+    )
+
+
+def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
+    out: dict[str, Any] = {"latency": {}, "allreduce": {}}
+    for a in ok_arms(doc["arms"]):
+        if a["kind"] == "ping":
+            rtts = [f.get("rtt_avg_s") for f in a["flows"] if f.get("rtt_avg_s") is not None]
+            out["latency"][a["mode"]] = {"rtt_avg_s": rtts[0] if rtts else None}
+            a["completion_p50_s"] = rtts[0] if rtts else None
+        elif a["kind"] == "allreduce":
+            out["allreduce"][a["mode"]] = s = allreduce_summary(a)
+            a.update({"iteration_s": s["iteration_s"], "bound_s": s["bound_s"],
+                      "ratio_to_bound": s["ratio_to_bound"], "correct": s["correct"]})
+    return out
+
+
+def sentences(doc: ResultsDocument) -> list[str]:
+    an = doc["analysis"]
+    out = []
+    lat = an.get("latency", {})
+    if lat.get("local", {}).get("rtt_avg_s") and lat.get("via-tor", {}).get("rtt_avg_s"):
+        lo, vt = lat["local"]["rtt_avg_s"], lat["via-tor"]["rtt_avg_s"]
+        out.append(f"Ping between two GPUs of one server: {secs(lo)} through the local switch, {secs(vt)} via the "
+                   f"ToR hairpin ({vt / lo:.2f}x).")
+    for mode, s in an.get("allreduce", {}).items():
+        out.append(f"All-reduce {mode}: {secs(s['iteration_s'])} per iteration, "
+                   + (f"{s['ratio_to_bound']:.2f}x the bandwidth bound {secs(s['bound_s'])}; " if s["ratio_to_bound"]
+                      else "")
+                   + ("result equal to numpy's." if s["correct"] else "RESULT DIFFERS from numpy's (or incomplete)."))
+    return out

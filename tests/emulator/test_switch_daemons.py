@@ -1,0 +1,117 @@
+"""Per-switch Open vSwitch daemons without a fabric: their pid records, stopping by pid and instance
+directory only, the controller's unix-socket listener, CPU summed over many daemons, and batched tc."""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from emulator import cpu
+from emulator.controller.unix_listener import UnixConnection, listen_unix, serve_unix
+from emulator.ovs_daemons import all_daemon_pids, daemon_pids, instance_dir, stop_daemons, vswitchd_pids
+from emulator.shaping import Impairment, initial_shape_commands, shape_commands, tc_batch
+
+
+def _sleeper(marker: Path) -> subprocess.Popen:
+    # A stand-in daemon whose command line names its instance directory, as the real ones do.
+    return subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(60)", str(marker)])
+
+
+def test_pids_come_from_each_instance_directory(tmp_path):
+    for name, pids in (("leaf1", (11, 12)), ("spine1", (21, 22))):
+        d = instance_dir(tmp_path, name)
+        d.mkdir(parents=True)
+        (d / "ovs-vswitchd.pid").write_text(f"{pids[0]}\n")
+        (d / "ovsdb-server.pid").write_text(f"{pids[1]}\n")
+    (instance_dir(tmp_path, "half") / "").mkdir(parents=True)
+    (instance_dir(tmp_path, "half") / "ovsdb-server.pid").write_text("garbage")
+    assert daemon_pids(instance_dir(tmp_path, "leaf1")) == {"ovs-vswitchd": 11, "ovsdb-server": 12}
+    assert sorted(all_daemon_pids(tmp_path)) == [11, 12, 21, 22]
+    assert sorted(vswitchd_pids(tmp_path)) == [11, 21]
+    assert all_daemon_pids(tmp_path / "nothing") == []
+
+
+def test_stop_daemons_ends_only_processes_that_name_the_directory(tmp_path):
+    ours = _sleeper(tmp_path / "ovs" / "leaf1")
+    other = _sleeper(tmp_path.parent / "someone-else")
+    try:
+        time.sleep(0.2)
+        stopped = stop_daemons([ours.pid, other.pid], must_contain=str(tmp_path))
+        assert stopped == [ours.pid]
+        assert ours.wait(timeout=5) is not None
+        assert other.poll() is None, "a process that does not name the run's directory was touched"
+    finally:
+        for p in (ours, other):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+def test_unix_connection_ignores_tcp_options_only():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with a, b:
+        conn = UnixConnection(a)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # what os-ken's Datapath does
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+        conn.sendall(b"hello")
+        assert b.recv(5) == b"hello"
+        with pytest.raises(OSError):
+            a.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def test_unix_listener_hands_each_connection_on(tmp_path):
+    path = tmp_path / "of.sock"
+    srv = listen_unix(path)
+    assert path.stat().st_mode & 0o077 == 0, "the controller's socket must be root's only"
+    got: list[tuple[bytes, tuple]] = []
+    stop = threading.Event()
+
+    def handle(conn, address):
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        got.append((conn.recv(16), address))
+        conn.close()
+
+    def spawn(fn, *args):
+        threading.Thread(target=fn, args=args, daemon=True).start()
+
+    t = threading.Thread(target=serve_unix, args=(srv, handle, spawn, stop.is_set), daemon=True)
+    t.start()
+    for msg in (b"switch-1", b"switch-2"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+            c.connect(str(path))
+            c.sendall(msg)
+            c.recv(1)  # until the handler closes
+    stop.set()
+    srv.close()
+    assert sorted(got) == [(b"switch-1", ("unix", 1)), (b"switch-2", ("unix", 2))]
+
+
+def test_cpu_ledger_sums_a_component_over_its_processes(monkeypatch):
+    seconds = {1: 1.0, 2: 2.0, 3: 0.5}
+    monkeypatch.setattr(cpu, "process_cpu_seconds", lambda pid: seconds.get(pid))
+    ledger = cpu.CpuLedger({"ovs": [1, 2], "controller": 3, "gone": [1, 99]})
+    snap = ledger.snapshot()
+    assert snap.components["ovs"] == 3.0
+    assert snap.components["controller"] == 0.5
+    assert snap.components["gone"] is None  # a partial sum would undercount
+    assert cpu.CpuLedger({"ovs": []}).snapshot().components["ovs"] is None
+
+
+def test_initial_shaping_is_one_batch_without_deletes():
+    imp = Impairment(rate_mbps=4.0, queue_packets=100)
+    cmds = initial_shape_commands("leaf1-eth1", imp, netem=False)
+    assert cmds == shape_commands("leaf1-eth1", imp, netem=False)[1:]
+    assert all(c[2] != "del" for c in cmds)
+    batch = tc_batch(cmds + initial_shape_commands("leaf1-eth2", imp, netem=False))
+    lines = batch.splitlines()
+    assert len(lines) == 2 * len(cmds)
+    assert [shlex.split(line) for line in lines[: len(cmds)]] == [c[1:] for c in cmds]
+    with pytest.raises(ValueError):
+        tc_batch([["ip", "link", "show"]])
