@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 FABRICLAB := $(VENV)/bin/fabriclab
 
-.PHONY: setup demo test test-unit test-integration lint bench clean help vm vm-test vm-shell
+.PHONY: setup demo test test-unit test-integration lint bench clean help vm vm-test vm-shell vm-run
 
 help:
 	@echo "make demo   - set up, then run the main demo on the default leaf-spine fabric"
@@ -15,6 +15,7 @@ help:
 	@echo "make vm       - build the VM image (Debian 12 from Debian's packages, provisioned by setup.sh; cached)"
 	@echo "make vm-test  - boot the VM with qemu and run the kernel-datapath, netem and teardown checks inside"
 	@echo "make vm-shell - boot the VM with a root shell on this terminal (the working tree in /opt/fabriclab)"
+	@echo "make vm-run CMD='fabriclab bench fabric --quick' - boot the VM, run one command inside, power off"
 
 setup:
 	@bash scripts/setup.sh
@@ -49,3 +50,6 @@ vm-test:
 
 vm-shell:
 	@bash scripts/vm/run.sh shell
+
+vm-run:
+	@bash scripts/vm/run.sh run $(CMD)

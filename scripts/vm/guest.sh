@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs inside the fabriclab VM, started by its init (scripts/vm/init) with the mode from the kernel
 # command line: `test` runs the in-VM checks (scripts/vm/guest_checks.py) and leaves their results and
-# exit code in the results share (/mnt/out); `shell` gives a root shell on the console.
+# exit code in the results share (/mnt/out); `run` runs the command the host left in /mnt/out/cmd and
+# leaves its exit code there; `shell` gives a root shell on the console.
 # Both first run the same scripts/setup.sh as the host: here it finds everything installed and starts
 # Open vSwitch on the kernel datapath.
 set -uo pipefail
@@ -23,6 +24,12 @@ echo "guest: setup.sh took $(awk -v a="$t0" '{ printf "%.1f", $1 - a }' /proc/up
 case "$mode" in
     test)
         "$VENV/bin/python" scripts/vm/guest_checks.py --out /mnt/out
+        rc=$?
+        echo "$rc" >/mnt/out/rc
+        exit "$rc"
+        ;;
+    run)
+        bash /mnt/out/cmd
         rc=$?
         echo "$rc" >/mnt/out/rc
         exit "$rc"

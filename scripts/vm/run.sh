@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Boot the fabriclab VM with qemu, as root: `run.sh test` (what `make vm-test` runs) runs the in-VM checks
-# and exits non-zero if any failed; `run.sh shell` (`make vm-shell`) gives a root shell on the console.
+# and exits non-zero if any failed; `run.sh shell` (`make vm-shell`) gives a root shell on the console;
+# `run.sh run CMD...` (`make vm-run CMD='...'`) runs one command inside (in the project, as root, with the
+# venv on PATH), shows its output and exits with its status.
 # Builds the image first when the cache has none (scripts/vm/build.sh).
 #
 # The working tree is shared read-only with 9p and mounted over the image's copy, so the VM runs the
@@ -14,7 +16,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 mode=${1:-test}
-case "$mode" in test | shell) ;; *) echo "usage: $0 test|shell" >&2; exit 2 ;; esac
+case "$mode" in
+    test | shell) ;;
+    run) shift; [ $# -gt 0 ] || { echo "usage: $0 run CMD..." >&2; exit 2; } ;;
+    *) echo "usage: $0 test|shell|run CMD..." >&2; exit 2 ;;
+esac
 
 CACHE=${FABRICLAB_VM_CACHE:-/var/cache/fabriclab/vm}
 MEM=${FABRICLAB_VM_MEM:-2048}
@@ -32,7 +38,8 @@ command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is missing: 
 
 out=${FABRICLAB_VM_OUT:-$(mktemp -d /tmp/fabriclab-vm-XXXXXX)}
 mkdir -p "$out"
-rm -f "$out/rc" "$out/results.json" "$out/console.log"
+rm -f "$out/rc" "$out/results.json" "$out/console.log" "$out/cmd"
+if [ "$mode" = run ]; then printf '%s\n' "$*" >"$out/cmd"; fi
 pidfile=$out/qemu.pid
 
 qemu_pid=""
@@ -140,7 +147,7 @@ qemu_pid=""
 wait "$tail_pid" 2>/dev/null || true
 total=$(elapsed)
 
-[ -f "$out/rc" ] || die "the guest left no result in $out (see $out/console.log): it did not finish its checks"
+[ -f "$out/rc" ] || die "the guest left no result in $out (see $out/console.log): it did not finish"
 rc=$(cat "$out/rc")
 if [ -f "$out/results.json" ]; then
     python3 - "$out/results.json" "${booted:-?}" "$total" "$accel" <<'EOF'
