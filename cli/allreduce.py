@@ -1,6 +1,6 @@
-"""`fabriclab allreduce`: one rank of a ring all-reduce over the transport (transport/allreduce.py).
+"""`fabriclab allreduce`: one rank of a ring all-reduce over the transport (transport/io/allreduce.py).
 
-Every rank runs as its own process, started on its host as `python -m transport allreduce ...` by the
+Every rank runs as its own process, started on its host as `python -m cli.endpoint allreduce ...` by the
 experiment runner and the live view. Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout,
 143 stopped by SIGTERM/SIGINT; once the options are valid the JSON is written in every case.
 """
@@ -11,8 +11,12 @@ import argparse
 import signal
 import sys
 
-from cli.args import count_arg, parse_peers
-from transport.allreduce import (
+from cli.args import add_path_policy_argument, count_arg, parse_peers
+from transport.collective.ring import DEFAULT_PIECE_BYTES
+from transport.core.config import DELIVERY_MODES, RECOVERY_MODES, TransportConfig
+from transport.core.congestion import CONTROLLERS
+from transport.core.paths import POLICIES
+from transport.io.allreduce import (
     BASE_PORT_STRIDE,
     DEFAULT_BASE_PORT,
     DEFAULT_TIMEOUT,
@@ -24,10 +28,7 @@ from transport.allreduce import (
     UdpRingWorker,
     WorkerOptions,
 )
-from transport.config import CC_ALGORITHMS, DELIVERY_MODES, PATH_POLICIES, RECOVERY_MODES, TransportConfig
-from transport.endpoint import EndpointError, write_json
-from transport.policy_plugin import add_path_policy_argument
-from transport.ring import DEFAULT_PIECE_BYTES
+from transport.io.endpoint import EndpointError, write_json
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -43,14 +44,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    help="IP:PORT of every rank in ring order; rank r listens on its own port")
     p.add_argument("--size", type=count_arg, required=True, help="float32 elements (suffix K/M/G allowed)")
     p.add_argument("--iterations", type=int, default=1)
-    p.add_argument("--policy", choices=PATH_POLICIES, default="spray", help="path (EV) policy")
+    p.add_argument("--policy", choices=POLICIES.names(), default=TransportConfig.path_policy,
+                   help=f"path (EV) policy: {POLICIES.help()}")
     add_path_policy_argument(p)
     p.add_argument("--evs", type=int, default=16, help="entropy values = source ports per rank")
     p.add_argument("--base-port", type=int, default=None,
                    help=f"first source port (EV 0); default {DEFAULT_BASE_PORT} + {BASE_PORT_STRIDE} * rank")
     p.add_argument("--recovery", choices=RECOVERY_MODES, default="selective")
     p.add_argument("--delivery", choices=DELIVERY_MODES, default="unordered")
-    p.add_argument("--cc", choices=CC_ALGORITHMS, default=TransportConfig.cc, help="congestion control")
+    p.add_argument("--cc", choices=CONTROLLERS.names(), default=TransportConfig.cc,
+                   help=f"congestion control: {CONTROLLERS.help()}")
     p.add_argument("--window", type=int, default=TransportConfig.window,
                    help="packets: the fixed window, or the initial window of --cc delay")
     p.add_argument("--rto-min", type=float, default=TransportConfig.rto_min, help="seconds: floor of the RTO")

@@ -2,7 +2,8 @@
 
 A usage error is one line naming the option and where to look, with exit status 2. Every type raises
 `argparse.ArgumentTypeError` with a sentence saying what is accepted. This module imports nothing of the
-project's own: the transport's entry point loads it on every endpoint start.
+project's own when it is loaded (--path-policy loads the plug-in checker when it is given): the
+transport's entry point loads it on every endpoint start.
 """
 
 from __future__ import annotations
@@ -22,6 +23,16 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        # argparse turns a type's ValueError and TypeError into a usage error, but not the OSError of a
+        # path the system refuses (too long, a symlink loop) or the RuntimeError of `~nosuchuser`.
+        try:
+            return super()._get_value(action, arg_string)
+        except (OSError, RuntimeError) as exc:
+            shown = arg_string if len(arg_string) <= 60 else arg_string[:30] + "…" + arg_string[-29:]
+            problem = getattr(exc, "strerror", None) or " ".join(str(exc).split())
+            raise argparse.ArgumentError(action, f"{shown!r}: {problem}") from None
 
 
 def show_help(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
@@ -173,3 +184,30 @@ def parse_peers(text: str) -> list[tuple[str, int]]:
             raise argparse.ArgumentTypeError(f"port {port} in {item!r} is out of range; use 1-65535")
         peers.append((host, port))
     return peers
+
+
+# --------------------------------------------------------------------------------------------------
+# Path policies: the one definition of --path-policy for every command that takes it.
+
+
+def path_policy_arg(text: str) -> str:
+    """argparse type: a usable `FILE.py:ClassName` (transport.core.policy_plugin), as its canonical spec
+    with an absolute path."""
+    from transport.core.policy_plugin import PolicySpecError, check_spec
+
+    try:
+        return check_spec(text)
+    except PolicySpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_path_policy_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                             what: str = "overrides --policy") -> None:
+    """Add --path-policy FILE.py:CLASS, checked when the options are parsed, before anything starts;
+    `what` says what the command does with it."""
+    parser.add_argument(
+        "--path-policy", type=path_policy_arg, default=None, metavar="FILE.py:CLASS",
+        help="your own path policy: a class in FILE.py with the methods of transport/core/paths.py's PathPolicy "
+        f"(next_ev, on_ack, on_loss, on_timeout, state), built as CLASS(num_evs, rng); {what}. A policy "
+        "that raises, returns a bad EV or is too slow is reported once and replaced by spray for the rest "
+        "of the run")

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli.args import positive_seconds
+from cli.args import add_path_policy_argument, positive_seconds
 from emulator.errors import EmulatorError
 from emulator.network import raise_terminated
 from experiments.model import Arm, Experiment
@@ -21,7 +21,6 @@ from experiments.runner import Reporter
 from experiments.schema import RawArm
 from experiments.traffic import TrafficError
 from topologies import SpecError
-from transport.policy_plugin import add_path_policy_argument
 
 DEMO_EXPERIMENT = "ecmp-vs-spray"
 

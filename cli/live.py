@@ -8,12 +8,11 @@ import logging
 import signal
 import sys
 
-from cli.args import number_arg, port_or_any, positive_seconds
+from cli.args import add_path_policy_argument, number_arg, port_or_any, positive_seconds
 from emulator.errors import EmulatorError
 from live.controls import MODES, POLICIES
 from live.workload import WORKLOADS
 from topologies import SpecError
-from transport.policy_plugin import add_path_policy_argument
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ USER_ERRORS name the exceptions that mean bad input or environment: those are sh
 the fix, exit status 2 and no traceback. So a new area is one more line in COMMAND_MODULES, and a new
 option of a command goes where that command's parser is built, in its area's module.
 
-`python -m transport` (transport/__main__.py) runs this same `main` over the transport's modules only.
+`python -m cli.endpoint` (cli/endpoint.py) runs this same `main` over the transport's modules only.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ a stream of messages open- or closed-loop, or request/response). Both print a su
 with `--json` / `--json-out`, and flush those metrics on SIGINT/SIGTERM. Bad options produce one line
 naming the option and the fix, and exit status 2.
 
-The endpoints in emulated hosts start as `python -m transport srd ...`, which loads this module alone:
+The endpoints in emulated hosts start as `python -m cli.endpoint srd ...`, which loads this module alone:
 it imports the transport's endpoint and nothing of the emulator or the experiments.
 """
 
@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cli.args import (
+    add_path_policy_argument,
     destination_arg,
     mtu_arg,
     nonneg_float,
@@ -31,15 +32,10 @@ from cli.args import (
     show_help,
     size_arg,
 )
-from transport.config import (
-    CC_ALGORITHMS,
-    DELIVERY_MODES,
-    PATH_POLICIES,
-    RECOVERY_MODES,
-    ConfigError,
-    TransportConfig,
-)
-from transport.endpoint import (
+from transport.core.config import DELIVERY_MODES, RECOVERY_MODES, ConfigError, TransportConfig
+from transport.core.congestion import CONTROLLERS
+from transport.core.paths import POLICIES
+from transport.io.endpoint import (
     DEFAULT_BASE_PORT,
     DEFAULT_PORT,
     EndpointError,
@@ -52,7 +48,6 @@ from transport.endpoint import (
     resolve,
     write_json,
 )
-from transport.policy_plugin import add_path_policy_argument
 
 USER_ERRORS: tuple[type[BaseException], ...] = (EndpointError, ConfigError)
 
@@ -199,9 +194,8 @@ def _register_send(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--duration", type=positive_float, default=None, metavar="S",
                    help="stop after S seconds (with no --bytes/--messages: send for S seconds)")
     t = p.add_argument_group("paths and congestion control")
-    t.add_argument("--policy", choices=PATH_POLICIES, default="spray",
-                   help="path (EV) choice: one path, spray over all EVs (default), or adaptive spraying "
-                   "that avoids EVs with loss or high delay")
+    t.add_argument("--policy", choices=POLICIES.names(), default=TransportConfig.path_policy,
+                   help=f"path (EV) choice, default {TransportConfig.path_policy}: {POLICIES.help()}")
     add_path_policy_argument(t)
     t.add_argument("--evs", type=positive_int, default=16, metavar="N",
                    help="number of entropy values = source ports used (default 16)")
@@ -210,8 +204,8 @@ def _register_send(sub: argparse._SubParsersAction) -> None:
                    "so the low 4 bits are the EV; 0 = any free ports)")
     t.add_argument("--bind", default=None, metavar="ADDR",
                    help="local address for the source sockets (default all addresses)")
-    t.add_argument("--cc", choices=CC_ALGORITHMS, default="delay",
-                   help="congestion control: delay-based window (default) or a fixed --window")
+    t.add_argument("--cc", choices=CONTROLLERS.names(), default=TransportConfig.cc,
+                   help=f"congestion control, default {TransportConfig.cc}: {CONTROLLERS.help()}")
     t.add_argument("--window", type=positive_int, default=None, metavar="W",
                    help="(initial) congestion window in packets (default 64)")
     t.add_argument("--seed", type=nonneg_int, default=0, metavar="N",
@@ -417,7 +411,7 @@ def _cmd_send(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from transport.bench import run_bench
+    from transport.sim.bench import run_bench
 
     result = run_bench(quick=args.quick)
     print(json.dumps(result, indent=2, sort_keys=True))

@@ -1,6 +1,6 @@
-"""`python -m transport tcpflow recv|send`: sized TCP flows timed until the receiver holds every byte.
+"""`python -m cli.endpoint tcpflow recv|send`: sized TCP flows timed until the receiver holds every byte.
 
-The experiment runner's TCP baseline for sized flows (transport/tcpflow.py says why not iperf3 -n).
+The experiment runner's TCP baseline for sized flows (transport/io/tcpflow.py says why not iperf3 -n).
 It is a command of the transport's entry point only, not of `fabriclab`: people compare against TCP
 through `fabriclab run`.
 """
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 
 from cli.args import destination_arg, port_or_any, positive_float, positive_size, show_help
-from transport import tcpflow
+from transport.io import tcpflow
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:

@@ -31,10 +31,11 @@ from emulator.shaping import Impairment, InterfaceShaper, initial_shape_commands
 from emulator.state import BRIDGE_MARK, RunState, active_runs, interface_exists
 from emulator.system import Capabilities, capabilities, require_ready, slowdown
 from topologies.model import DEFAULT_MTU, Link, Topology
+from transport.core.contract import ROUTING_MODES
 
 log = logging.getLogger(__name__)
 
-MODES = ("ecmp", "spray", "single", "local", "via-tor")
+MODES = ROUTING_MODES
 # How switches map onto Open vSwitch daemons: one private daemon per switch in the switch's own
 # namespace (see emulator.ovs_switch: a traversal then costs the same in any fabric), or every bridge in
 # the system's one daemon (right for the kernel datapath, whose forwarding is not done by polling).

@@ -19,11 +19,12 @@ from emulator.errors import EmulatorError
 from emulator.network import Fabric
 from emulator.system import slowdown
 from topologies.model import Topology
+from transport.core.contract import DEFAULT_BASE_PORT
 
 log = logging.getLogger(__name__)
 
 PROBE_PORT = 9999
-BASE_PORT = 40000  # a multiple of 16: the low 4 bits of the source port run 0..15
+BASE_PORT = DEFAULT_BASE_PORT  # aligned (transport.core.contract): the low 4 bits of the source port run 0..15
 ROTATE_SOURCES = 256
 ENTROPY = ("fixed", "rotate")
 

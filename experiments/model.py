@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from transport.config import CC_ALGORITHMS
+from transport.core.config import CC_ALGORITHMS
 
 FAULT_KINDS = ("link_down", "link_up", "loss", "rate")
 
@@ -122,13 +122,6 @@ class Arm:
     # This arm's own workload, when it differs from the experiment's (e.g. ping vs all-reduce).
     workload: Workload | None = None
 
-    def describe(self) -> str:
-        from experiments import arms  # the kinds import this module for Arm
-
-        how = arms.get(self.kind).describe(self)
-        if self.faults:
-            how += "; " + ", ".join(f.describe() for f in self.faults)
-        return how
 
 
 @dataclass

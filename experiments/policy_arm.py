@@ -6,7 +6,7 @@ else the same (routing mode, recovery, delivery, faults, workload), named after 
 summary and plots then compare your policy with the experiment's own arms on the same fabric, seed and
 faults. Experiments without a transport arm (in-server, allreduce) cannot take a policy: one line, exit 2.
 
-A policy that broke while running (transport.policy_plugin's guard) is named in the summary sentences,
+A policy that broke while running (transport.core.policy_plugin's guard) is named in the summary sentences,
 with the flows it broke in: the run itself went on with spray.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from experiments.model import Arm, Experiment
 from experiments.schema import ResultsDocument
-from transport.policy_plugin import label
+from transport.core.policy_plugin import label
 
 
 class PolicyArmError(ValueError):

@@ -19,7 +19,7 @@ import os
 import re
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import numpy as np
 
 from experiments.arms import Flow
 from experiments.model import Arm, Experiment, arm_from_dict, experiment_from_dict
+from experiments.schema import RawArm
 from topologies import Topology
 
 RUN_FILE = "run.json"
@@ -131,15 +132,25 @@ def write_arm(out_dir: Path, index: int, slug: str, arm: Arm, raw: dict[str, Any
     })
 
 
+@dataclass
+class RunOutcome:
+    """What a run yielded: every arm's raw record, whether the run finished, and the flows it ran."""
+
+    raws: list[tuple[Arm, RawArm]]
+    complete: bool
+    started: float
+    finished: float
+    flows: dict[str, list[Flow]]  # arm name -> its flows
+    bytes_per_flow: dict[str, int]
+
+
 def has_records(out_dir: Path) -> bool:
     return (Path(out_dir) / RUN_FILE).is_file()
 
 
-def load_run(out_dir: Path) -> tuple[Experiment, Topology, Any]:
+def load_run(out_dir: Path) -> tuple[Experiment, Topology, RunOutcome]:
     """The experiment, fabric and outcome of a run from its manifest and arm records, as far as it got
     (a run that never wrote its end is incomplete)."""
-    from experiments.runner import RunOutcome
-
     out_dir = Path(out_dir)
     manifest = json.loads((out_dir / RUN_FILE).read_text())
     exp = experiment_from_dict(manifest["experiment"])

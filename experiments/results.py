@@ -36,7 +36,7 @@ from experiments.arms.base import SERIES_BIN
 from experiments.model import Arm
 from experiments.schema import ArmResult, CpuBudget, RawArm, ResultsDocument, RunFidelity
 from topologies import Topology
-from transport.metrics import percentile
+from transport.core.metrics import percentile
 
 SAMPLE_DT = 0.5  # seconds a CPU sample covers when it does not say (older results)
 
@@ -83,7 +83,7 @@ def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool)
     """The results entry of one arm (an errored arm keeps its keys, with zeros and the error)."""
     entry: ArmResult = {
         "name": arm.name, "kind": arm.kind, "mode": arm.mode, "policy": arm.policy, "recovery": arm.recovery,
-        "delivery": arm.delivery, "description": arm.describe(), "labels": dict(arm.labels),
+        "delivery": arm.delivery, "description": arms.describe(arm), "labels": dict(arm.labels),
         "error": raw.get("error"), "repetition": raw.get("repetition", 0),
         "goodput_bps": 0.0, "ideal_bps": ideal, "goodput_fraction": 0.0, "link_imbalance": 0.0,
         "hot_links": [], "completion_p50_s": None, "completion_p99_s": None,

@@ -18,7 +18,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +30,11 @@ from experiments.analysis.links import fabric_hops, window_bytes
 from experiments.analysis.placement import derangement_across, host_rate_mbps
 from experiments.arms import ArmContext, Flow
 from experiments.model import Arm, Experiment, Fault, Workload
+from experiments.records import RunOutcome
 from experiments.schema import RawArm
 from topologies import Topology
-from transport.headers import DATA_WIRE_OVERHEAD, datagram_size_for_mtu
-from transport.wire import DATA_HEADER_LEN
+from transport.core.headers import DATA_WIRE_OVERHEAD, datagram_size_for_mtu
+from transport.core.wire import DATA_HEADER_LEN
 
 log = logging.getLogger(__name__)
 
@@ -287,16 +287,6 @@ def flow_bytes(w: Workload, topo: Topology, duration: float) -> int:
     payload = datagram_size_for_mtu(topo.mtu) - DATA_HEADER_LEN
     goodput_rate = host_rate_mbps(topo) * 1e6 * payload / (payload + DATA_WIRE_OVERHEAD)
     return int(w.fill * goodput_rate * duration / 8 / w.message_size) * w.message_size or w.message_size
-
-
-@dataclass
-class RunOutcome:
-    raws: list[tuple[Arm, RawArm]]
-    complete: bool
-    started: float
-    finished: float
-    flows: dict[str, list[Flow]]  # arm name -> its flows
-    bytes_per_flow: dict[str, int]
 
 
 def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Reporter | None = None,

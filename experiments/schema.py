@@ -3,14 +3,14 @@ parts, and the runner's raw record of an arm (`RawArm`) that an entry is compute
 
 The runner fills a `RawArm`, experiments.results turns it into an `ArmResult`, the driver gathers the
 `ResultsDocument`, and the experiments' analyses, the report, the plots, the policy arm and the labs
-read those. `validate()` checks a document with the transport's own checker (transport.schema's
+read those. `validate()` checks a document with the transport's own checker (transport.core.schema's
 `problems`: every required key present, no unknown key, each value of its type), the one mechanism
 both the endpoints' files and the results are held to.
 
 A key an older results.json may lack, or that only some arms have, is optional (`total=False`); the
 keys an experiment's analysis adds to its arms (e.g. `expected_goodput_bps`) are declared here too.
 An arm's `flows` keep their kind's own keys (experiments.arms: each kind reads its endpoints' files,
-which transport.schema types).
+which transport.core.schema types).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import typing
 from typing import Any, TypedDict
 
 from experiments.analysis.fidelity import Fidelity as FidelityVerdict
-from transport.schema import problems
+from transport.core.schema import problems
 
 SCHEMA_VERSION = 2  # 2: arms carry slowdown_mean / slowdown_max, sized flows ideal_fct_s / slowdown
 
@@ -197,7 +197,7 @@ class RawArm(TypedDict, total=False):
     fault_errors: list[str]
     endpoint_errors: list[str]
     events: Any
-    endpoints: dict[str, Any]  # file stem -> the endpoint's JSON (transport.schema) or ping's text
+    endpoints: dict[str, Any]  # file stem -> the endpoint's JSON (transport.core.schema) or ping's text
 
 
 def validate(doc: Any) -> list[str]:

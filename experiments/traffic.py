@@ -31,11 +31,19 @@ from experiments.analysis.framing import srd_framing, wire_bytes
 from experiments.arms import get as arm_kind
 from experiments.model import Experiment, SizedFlow, Workload
 from topologies import Topology
-from transport.headers import datagram_size_for_mtu
+from transport.core.headers import datagram_size_for_mtu
 
 log = logging.getLogger(__name__)
 
 PS_PER_S = 1e12
+# Bounds on what a matrix may ask for. A number of more digits than MAX_DIGITS is no count, size or
+# time anyone means (and Python refuses to read integers of over 4,300 digits at all); MAX_SIZE is
+# far beyond what an emulated link carries in an hour; MAX_FILE_BYTES holds a permutation of 65,534
+# hosts several times over, and keeps `--traffic /dev/zero` from reading until memory runs out.
+MAX_DIGITS = 24
+MAX_SIZE = 1 << 40  # bytes per flow (1 TiB)
+MAX_DURATION_S = 3600.0  # per arm: the latest start, or the makespan at the fabric's rates
+MAX_FILE_BYTES = 16 << 20
 _INT = re.compile(r"\d+")
 _FLOAT = re.compile(r"(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 _CONN = re.compile(r"(\d+)->(\d+)")
@@ -96,6 +104,7 @@ def parse(text: str, source: str = "<matrix>", hosts: int | None = None) -> Traf
                 raise fail(n, f"a second '{key}' line (the first is line {header[key][1]}); keep one")
             if len(tokens) != 2 or not _INT.fullmatch(tokens[1]):
                 raise fail(n, f"'{key}' needs one whole number, as in '{key} 6'")
+            _check_digits(tokens[1], key, source, n)
             value = int(tokens[1])
             if key in ("Triggers", "Failures") and value:
                 what = "triggers" if key == "Triggers" else "link failures (use an experiment's faults)"
@@ -146,6 +155,7 @@ def _connection(tokens: list[str], nodes: int, source: str, n: int) -> Connectio
     m = _CONN.fullmatch(tokens[0])
     if not m:
         raise fail(n, f"'{_short(tokens[0])}' is not 'SRC->DST' with host indices, as in '0->3'")
+    _check_digits(max(m.group(1), m.group(2), key=len), "a host index", source, n)
     src, dst = int(m.group(1)), int(m.group(2))
     for what, i in (("source", src), ("destination", dst)):
         if i >= nodes:
@@ -172,12 +182,22 @@ def _connection(tokens: list[str], nodes: int, source: str, n: int) -> Connectio
     if "size" not in values:
         raise fail(n, "no size; add 'size BYTES' (flows that run for the whole simulation, htsim's "
                    "'size 0', are not supported)")
+    for key in ("start", "size", "id"):
+        if key in values:
+            _check_digits(values[key], f"'{key}'", source, n)
     start_txt = values["start"]
     if not _FLOAT.fullmatch(start_txt) or not math.isfinite(float(start_txt)):
         raise fail(n, f"start '{_short(start_txt)}' is not a number of picoseconds >= 0; use e.g. 'start 0'")
+    if float(start_txt) / PS_PER_S > MAX_DURATION_S:
+        raise fail(n, f"start {_short(start_txt)} ps is {float(start_txt) / PS_PER_S:.3g} s after the traffic "
+                   f"starts, more than the {MAX_DURATION_S:g} s an arm may run; starts are in picoseconds "
+                   "(1 s = 1000000000000)")
     size_txt = values["size"]
     if not _INT.fullmatch(size_txt) or int(size_txt) <= 0:
         raise fail(n, f"size '{_short(size_txt)}' is not a whole number of bytes > 0; use e.g. 'size 2000000'")
+    if int(size_txt) > MAX_SIZE:
+        raise fail(n, f"size {_short(size_txt)} bytes is more than the {MAX_SIZE >> 40} TiB a flow may have; "
+                   "use e.g. 'size 2000000'")
     flow_id = 0
     if "id" in values:
         if not _INT.fullmatch(values["id"]) or int(values["id"]) == 0:
@@ -190,6 +210,13 @@ def _connection(tokens: list[str], nodes: int, source: str, n: int) -> Connectio
     return Connection(src, dst, int(size_txt), float(start_txt), flow_id, n)
 
 
+def _check_digits(text: str, what: str, source: str, n: int) -> None:
+    digits = sum(ch.isdigit() for ch in text)
+    if digits > MAX_DIGITS:
+        raise _error(source, n, f"{what} has {digits} digits, more than the {MAX_DIGITS} any count, size or time "
+                     f"needs; check the number ('{_short(text)}')")
+
+
 def _short(text: str, limit: int = 24) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -198,7 +225,13 @@ def load(path: Path | str, hosts: int | None = None) -> TrafficMatrix:
     """Read and parse a matrix file (see `parse`)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        # Read one byte past the cap rather than trust st_size: a device or a pipe has none.
+        with p.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise TrafficError(f"{p}: more than {MAX_FILE_BYTES >> 20} MiB, too large for a connection matrix; "
+                               "give a .cm file")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise TrafficError(f"{p}: no such file; give the path of a connection matrix (.cm)") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -259,5 +292,10 @@ def apply(exp: Experiment, topo: Topology, matrix: TrafficMatrix, keep_duration:
                                              "connections": len(matrix.connections)}}
     out = replace(exp, workload=w, arms=arms, extra=extra)
     if not keep_duration:
-        out = overrides.with_overrides(out, duration=max(1.0, math.ceil(10 * makespan_s(w, topo)) / 10))
+        least = makespan_s(w, topo)
+        if least > MAX_DURATION_S:
+            raise TrafficError(f"{matrix.source}: the matrix needs at least {least:.3g} s per arm at the fabric's "
+                               f"link rates, more than the {MAX_DURATION_S:g} s an arm may run; use smaller sizes, "
+                               "or give --duration to cut the run short")
+        out = overrides.with_overrides(out, duration=max(1.0, math.ceil(10 * least) / 10))
     return out

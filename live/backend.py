@@ -28,8 +28,8 @@ from live.controls import MODES, POLICIES
 from live.state import path_hops
 from live.workload import WORKLOADS, Workload, plan_pairs
 from topologies import Topology, equal_cost_paths
-from transport.addressing import DEFAULT_BASE_PORT
-from transport.paths import is_plugin
+from transport.core.paths import is_plugin
+from transport.io.addressing import DEFAULT_BASE_PORT
 
 log = logging.getLogger(__name__)
 

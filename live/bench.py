@@ -24,7 +24,7 @@ from itertools import pairwise
 from typing import Any
 
 from emulator import cpu
-from transport.metrics import percentile
+from transport.core.metrics import percentile
 
 BRING_UP_TIMEOUT_S = 180.0
 IDLE_UTIL = 0.02

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from topologies import Topology
-from transport.config import PATH_POLICIES
+from transport.core.config import PATH_POLICIES
 
 MODES = ("ecmp", "spray", "single")  # routing modes of the controller offered live
 POLICIES = PATH_POLICIES  # the transport's path policies

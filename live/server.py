@@ -13,22 +13,30 @@ POST /api/loss          {"link": "leaf1-spine1", "loss_pct": 1.5}     (0-100; 0 
 Errors are JSON, {"error": "..."}, with a 4xx status for anything the client can fix. A request
 that changes state must say it is JSON (Content-Type: application/json, 415 otherwise) and, when it
 carries an Origin header, come from this server's own origin (403 otherwise): a page on another site
-cannot drive the fabric through a browser that happens to have this one open. On a loopback bind the
-Host header must name a loopback address too, which keeps DNS-rebinding pages out of reads as well.
+cannot drive the fabric through a browser that happens to have this one open. The Host header must
+name this server too (403 otherwise; 400 when it is not a host at all), which keeps DNS-rebinding pages
+out of reads as well: on a loopback bind a loopback address; on another address that address or
+loopback; on a wildcard bind (0.0.0.0, ::) one of the machine's own names (its host name, its fully
+qualified name, localhost) or addresses (one a socket can be bound to). A rebinding page's Host is
+its own domain, which is none of these. The alternative, a per-run token in the URL, would guard
+against other local users as well, but it breaks every URL a user types or bookmarks, and this view
+already trusts whoever can reach its port.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
+import socket
 from importlib import resources
 from typing import Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from emulator.controller.api import host_name, is_loopback
 from live import controls
 from live.controls import ControlError
 from live.session import LiveSession
@@ -53,17 +61,45 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=SECURITY_HEADERS)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+class BadHost(ValueError):
+    """A Host header that is no host[:port] at all (`[`, a port that is not a number)."""
 
 
 def _hostname(host_header: str) -> str:
-    return urlsplit(f"//{host_header}").hostname or ""
+    name = host_name(host_header)
+    if name is None:
+        raise BadHost(host_header)
+    return name.rstrip(".")
+
+
+@functools.cache
+def own_names() -> frozenset[str]:
+    """The names this machine answers to: its host name and fully qualified name, and localhost."""
+    names = {"localhost"}
+    with contextlib.suppress(OSError):
+        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return frozenset(n for n in names if n)
+
+
+@functools.lru_cache(maxsize=256)  # Host is the client's to choose: keep what is remembered bounded
+def is_own_address(host: str) -> bool:
+    """Whether `host` is an IP address of this machine: one a socket can be bound to."""
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    # The unspecified address is how the URL of a wildcard bind reads (http://0.0.0.0:PORT/).
+    if ip.is_loopback or ip.is_unspecified:
+        return True
+    if ip.is_multicast:
+        return False
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.bind((str(ip), 0))
+    except OSError:
+        return False
+    return True
 
 
 def origin_allowed(origin: str | None, host_header: str | None, bind: str) -> bool:
@@ -77,10 +113,10 @@ def origin_allowed(origin: str | None, host_header: str | None, bind: str) -> bo
 
 def host_allowed(host_header: str | None, bind: str) -> bool:
     """On a loopback bind only loopback names reach us; on another address, that address or loopback;
-    on a wildcard bind (0.0.0.0, ::) any name the user typed."""
+    on a wildcard bind (0.0.0.0, ::) the machine's own names and addresses. BadHost if it is no host."""
+    name = _hostname(host_header or "").lower()
     if bind in ("0.0.0.0", "::", ""):
-        return True
-    name = _hostname(host_header or "")
+        return name in own_names() or is_own_address(name)
     if is_loopback(bind):
         return is_loopback(name)
     return name == bind.strip("[]") or is_loopback(name)
@@ -89,10 +125,14 @@ def host_allowed(host_header: str | None, bind: str) -> bool:
 @web.middleware
 async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
     bind = request.app[BIND]
-    if not host_allowed(request.headers.get("Host"), bind):
-        return _error(403, f"requests must name this server's address in their Host header ({bind})")
+    try:
+        if not host_allowed(request.headers.get("Host"), bind):
+            return _error(403, f"requests must name this server's address in their Host header ({bind})")
+        same_origin = origin_allowed(request.headers.get("Origin"), request.headers.get("Host"), bind)
+    except BadHost:
+        return _error(400, "the Host header is not a host name or address (with an optional :port)")
     if request.method not in SAFE_METHODS:
-        if not origin_allowed(request.headers.get("Origin"), request.headers.get("Host"), bind):
+        if not same_origin:
             return _error(403, "cross-origin request refused: controls are only accepted from this page")
         if request.content_type != "application/json":
             return _error(415, "send the body as JSON with Content-Type: application/json")
@@ -162,7 +202,7 @@ async def control(request: web.Request) -> web.Response:
     kind = request.match_info["kind"]
     try:
         body = await request.json()
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: [[[[... nested too deep
         return _error(400, "the body is not valid JSON; e.g. " + controls.EXAMPLES.get(kind, "{}"))
     try:
         c = controls.parse(kind, body, session.topology, session.policies)

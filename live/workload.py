@@ -1,6 +1,6 @@
 """The continuous traffic of the live view, run inside the Mininet hosts and ended by process id.
 
-permutation: every host runs `srd recv` and sends one long `srd send` (`python -m transport`) to a host
+permutation: every host runs `srd recv` and sends one long `srd send` (`python -m cli.endpoint`) to a host
 on another leaf (experiments.analysis.derangement_across), each sender from its own base port as
 the experiment runner does, so ECMP hashes flows apart by their ports as well as their addresses.
 allreduce: the transport's ring all-reduce worker on every host for a great many iterations, ranks
@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.placement import derangement_across, host_rate_mbps
+from experiments.endpoints import command_line, sender_args
 from live.layout import natural_key
 from topologies import Topology
-from transport import command_line
-from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
-from transport.policy_plugin import sender_args
+from transport.io.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
 
 log = logging.getLogger(__name__)
 

@@ -55,3 +55,97 @@ def test_help_explains_every_command():
     out = subprocess.run([*FABRICLAB, "--help"], capture_output=True, text=True, timeout=60)
     for cmd in ("doctor", "clean", "up", "probe", "demo", "srd", "bench"):
         assert cmd in out.stdout
+
+
+# -- hostile topology specs and files (each was a traceback or ran away before it was checked) --------
+
+FABRIC = "nodes: [{name: s1, role: leaf}, {name: h1, role: host}]\n"
+
+
+def _one_line(args: list[str], env: dict[str, str] | None = None) -> str:
+    out = subprocess.run([*FABRICLAB, *args], capture_output=True, text=True, timeout=60, env=env)
+    err = out.stderr.strip()
+    assert out.returncode == 2, out
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """`params` of ten-fold aliases, `levels` deep: a few hundred bytes that stand for 10**levels strings
+    (safe_load shares them; they multiply when the topology is written out as JSON at bring-up)."""
+    lines = ["params:", '  l0: &l0 ["x","x","x","x","x","x","x","x","x","x"]']
+    for i in range(1, levels):
+        lines.append(f"  l{i}: &l{i} [{','.join([f'*l{i - 1}'] * 10)}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_number_too_large_for_a_float_is_one_line():
+    assert "401 digits" in _one_line(["probe", "--topo", "leaf-spine:rate=1" + "0" * 400])
+
+
+def test_a_path_component_too_long_is_one_line(tmp_path):
+    err = _one_line(["probe", "--topo", str(tmp_path / ("a" * 300) / "fabric.yaml")])
+    assert "File name too long" in err and len(err) < 300
+
+
+@pytest.mark.parametrize("end", ["[h1]", "{x: 1}"], ids=["list", "map"])
+def test_a_link_end_that_is_not_a_name_is_one_line(tmp_path, end):
+    bad = tmp_path / "fabric.yaml"
+    bad.write_text(FABRIC + f"links: [{{a: {end}, b: s1}}]\n")
+    assert "links[0].a" in _one_line(["probe", "--topo", str(bad)])
+
+
+@pytest.mark.parametrize(("top", "fragment"), [
+    ("description: 2020-01-01\n", "description is a date"),
+    ("params: {built: 2020-01-01}\n", "params.built is a date"),
+    ("params: {blob: !!binary aGVsbG8=}\n", "params.blob is a bytes"),
+    ("params: {big: " + "9" * 30 + "}\n", "params.big is a whole number too large"),
+], ids=["description-date", "params-date", "params-binary", "params-bignum"])
+def test_params_that_are_not_json_are_refused_at_load(tmp_path, top, fragment):
+    bad = tmp_path / "fabric.yaml"
+    bad.write_text(top + FABRIC + "links: [{a: h1, b: s1}]\n")
+    assert fragment in _one_line(["probe", "--topo", str(bad)])
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
+    bad = tmp_path / "fabric.yaml"
+    bad.write_text(_alias_bomb() + FABRIC + "links: [{a: h1, b: s1}]\n")
+    assert bad.stat().st_size < 700
+    assert "aliases (*l0) are not allowed" in _one_line(["probe", "--topo", str(bad)])
+
+
+def test_node_and_link_caps_and_their_settings(tmp_path, monkeypatch):
+    from topologies import SpecError, parse_spec
+
+    err = _one_line(["probe", "--topo", "leaf-spine:hosts=10000"])
+    assert "leaf-spine 2x2x10000 has 20004 nodes" in err and "FABRICLAB_MAX_NODES" in err
+    assert "FABRICLAB_MAX_LINKS" in _one_line(["probe", "--topo", "leaf-spine:spines=100,leaves=100,hosts=1"])
+    many = tmp_path / "many.yaml"
+    many.write_text(f"hosts: [{', '.join(f'h{i}' for i in range(3000))}]\nnodes: []\nlinks: []\n")
+    assert "3000 nodes" in _one_line(["probe", "--topo", str(many)])
+    # The setting raises the cap (the topology is only described, nothing is brought up).
+    spec = "leaf-spine:spines=2,leaves=2,hosts=1100"
+    with pytest.raises(SpecError, match="2204 nodes"):
+        parse_spec(spec)
+    monkeypatch.setenv("FABRICLAB_MAX_NODES", "3000")
+    assert len(parse_spec(spec).hosts) == 2200
+    monkeypatch.setenv("FABRICLAB_MAX_NODES", "x")
+    assert "FABRICLAB_MAX_NODES='x'" in _one_line(["probe", "--topo", "leaf-spine"])
+
+
+def test_a_type_that_raises_oserror_or_runtimeerror_is_a_usage_error(capsys):
+    from cli.args import OneLineParser
+
+    def refuses(text: str) -> str:
+        if text == "loop":
+            raise RuntimeError(f"Symlink loop from {text!r}")
+        raise OSError(36, "File name too long")
+
+    parser = OneLineParser(prog="fabriclab x")
+    parser.add_argument("--file", type=refuses)
+    for value, words in (("loop", "Symlink loop from 'loop'"), ("a" * 300, "File name too long")):
+        with pytest.raises(SystemExit) as stop:
+            parser.parse_args(["--file", value])
+        err = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and len(err.splitlines()) == 1 and len(err) < 200, err
+        assert err.startswith("fabriclab x: error: argument --file: ") and words in err

@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from transport.wire import ACK_FIELDS, DATA_FIELDS
+from transport.core.wire import ACK_FIELDS, DATA_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -22,6 +22,7 @@ from topologies.validate import (
     check_mtu,
     check_queue,
     check_rate,
+    check_size,
     validate,
 )
 
@@ -100,6 +101,8 @@ def leaf_spine(
     check_ifname(f"spine{spines}", leaves)
     check_ifname(f"leaf{leaves}", hosts_per_leaf + spines)
     check_ifname(f"h{leaves * hosts_per_leaf}", 0)
+    n_hosts = leaves * hosts_per_leaf
+    check_size(spines + leaves + n_hosts, n_hosts + leaves * spines, f"leaf-spine {spines}x{leaves}x{hosts_per_leaf}")
 
     def link(a: str, a_port: int, b: str, b_port: int, rate: float) -> Link:
         return Link(a, a_port, b, b_port, rate, delay_ms, loss_pct, queue_packets)
@@ -161,6 +164,8 @@ def in_server(
     check_ifname("tor1", servers * nics_per_server)
     check_ifname(f"nv{servers}", gpus_per_server + nics_per_server)
     check_ifname(f"s{servers}g{gpus_per_server}", 0)
+    check_size(1 + servers * (1 + gpus_per_server), servers * (gpus_per_server + nics_per_server),
+               f"in-server {servers}x{gpus_per_server}")
 
     def link(a: str, a_port: int, b: str, b_port: int, rate: float) -> Link:
         return Link(a, a_port, b, b_port, rate, delay_ms, loss_pct, queue_packets)
@@ -262,6 +267,9 @@ def _check_three_tier(t: _Tiers) -> None:
     check_ifname(t.agg_name(t.pods, t.aggs), t.edges + t.per_plane)
     check_ifname(t.edge_name(t.pods, t.edges), t.hosts + t.aggs)
     check_ifname(f"h{t.pods * t.edges * t.hosts}", 0)
+    hosts, tops = t.pods * t.edges * t.hosts, t.aggs * t.per_plane
+    check_size(t.pods * (t.edges + t.aggs) + hosts + tops, hosts + t.pods * t.aggs * (t.edges + t.per_plane),
+               f"{'/'.join(t.roles)} fabric of {t.pods} pods")
 
 
 def fat_tree(

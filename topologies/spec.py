@@ -40,6 +40,11 @@ are `host` or `gpu`; switches are `leaf`, `tor`, `edge`, `spine`, `agg`, `supers
 ip/mac/dpid come from the address plan (see topologies.builders); an ip without a prefix length gets
 /16. Missing ports are the next free port on that node: hosts count from 0, switches from 1, skipping
 ports that any link gives explicitly. Quote MAC addresses in YAML.
+
+A file is at most MAX_FILE_BYTES; YAML aliases are refused (they let a few hundred bytes stand for
+billions of elements); `description` is text and `params` plain JSON values, as they go into every
+results file. Every fabric, built or loaded, has at most MAX_NODES nodes and MAX_LINKS links
+(topologies.validate; the FABRICLAB_MAX_NODES and FABRICLAB_MAX_LINKS settings raise them).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,7 +71,9 @@ from topologies.validate import (
     check_name,
     check_queue,
     check_rate,
+    check_size,
     check_unknown_keys,
+    short_repr,
     validate,
 )
 
@@ -73,6 +81,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SPEC = "leaf-spine:spines=4,leaves=4,hosts=2,rate=20"
 FILE_SUFFIXES = (".yaml", ".yml", ".json")
+# A fabric of MAX_NODES nodes and MAX_LINKS links in full form is well under 1 MiB.
+MAX_FILE_BYTES = 4 << 20
+# JSON values (scalars and containers) allowed in `params` and `description` together.
+MAX_PARAM_VALUES = 10_000
 DEFAULT_RATE_MBPS = 20.0
 
 Check = Callable[[Any, str, str], Any]
@@ -148,7 +160,7 @@ def parse_spec(text: str) -> Topology:
     if not spec:
         raise SpecError(f"empty topology spec; use e.g. {DEFAULT_SPEC}")
     # A bare word is a builder name even if a file of that name happens to exist in the cwd.
-    if spec.lower().endswith(FILE_SUFFIXES) or ("/" in spec and Path(spec).is_file()):
+    if spec.lower().endswith(FILE_SUFFIXES) or ("/" in spec and _is_file(spec)):
         return load(spec)
     name, _, options = spec.partition(":")
     builder = name.strip().lower().replace("_", "-")
@@ -182,34 +194,97 @@ def parse_spec(text: str) -> Topology:
     return dataclasses.replace(topo, params={**topo.params, "spec": spec})
 
 
+def _is_file(spec: str) -> bool:
+    try:
+        return Path(spec).is_file()
+    except (OSError, ValueError):  # a name too long, a NUL byte: not a file, so not a file spec either
+        return False
+
+
 # -- files -----------------------------------------------------------------------------------------
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """Safe YAML without aliases: `*name` lets a few hundred bytes stand for billions of elements."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"aliases (*{event.anchor}) are not allowed; write the value out",
+                event.start_mark)
+        return super().compose_node(parent, index)
+
+
 def _read(path: Path) -> Any:
-    if not path.exists():
-        raise SpecError(f"topology file {path} does not exist; check the path")
-    if not path.is_file():
-        raise SpecError(f"topology file {path} is not a file; give a .yaml/.yml/.json file")
+    try:
+        if not path.exists():
+            raise SpecError(f"topology file {path} does not exist; check the path")
+        if not path.is_file():
+            raise SpecError(f"topology file {path} is not a file; give a .yaml/.yml/.json file")
+        size = path.stat().st_size
+    except OSError as exc:
+        raise SpecError(f"cannot open topology file {_short_path(path)}: {exc.strerror or exc}") from None
     suffix = path.suffix.lower()
     if suffix not in FILE_SUFFIXES:
         raise SpecError(f"topology file {path} must end in .yaml, .yml or .json")
+    if size > MAX_FILE_BYTES:
+        raise SpecError(f"topology file {path} is {size} bytes, more than the {MAX_FILE_BYTES >> 20} MiB a "
+                        "fabric file may have; give a fabric file")
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            text = f.read(MAX_FILE_BYTES + 1).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read topology file {path}: {exc}") from None
+    if len(text) > MAX_FILE_BYTES:  # it grew while we looked, or it is a device that never ends
+        raise SpecError(f"topology file {path} is more than {MAX_FILE_BYTES >> 20} MiB; give a fabric file")
     try:
         if suffix == ".json":
             return json.loads(text)
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader: no Python objects
     except json.JSONDecodeError as exc:
         raise SpecError(
             f"cannot parse topology file {path}: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except RecursionError:
+        raise SpecError(f"cannot parse topology file {path}: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(f"cannot parse topology file {path}: {problem}{where}") from None
+
+
+def _short_path(path: Path, limit: int = 80) -> str:
+    text = str(path)
+    return text if len(text) <= limit else text[: limit // 2] + "…" + text[-limit // 2:]
+
+
+def _json_value(value: Any, field: str, budget: list[int]) -> None:
+    """Refuse what is not plain JSON (dates, binary, sets...) or is too big: it goes into results.json."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise SpecError(f"{field}: params and description hold more than {MAX_PARAM_VALUES} values; keep them short")
+    if value is None or isinstance(value, str | bool | int):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+            raise SpecError(f"{field} is a whole number too large for JSON readers; write it as a string")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SpecError(f"{field}={value!r} is not a finite number; write it as a string")
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _json_value(item, f"{field}[{i}]", budget)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SpecError(f"{field} has a key {key!r} ({type(key).__name__}); keys must be strings, quote it")
+            _json_value(item, f"{field}.{key}", budget)
+        return
+    raise SpecError(f"{field} is a {type(value).__name__}, not a JSON value (text, number, true/false, list or "
+                    "mapping); quote it as a string")
 
 
 def _mapping(value: Any, field: str, example: str) -> dict[str, Any]:
@@ -274,10 +349,14 @@ def _links_from(data: dict[str, Any], nodes: list[Node]) -> list[Link]:
         for end in ("a", "b"):
             if end not in entry:
                 raise SpecError(f"{field} has no {end!r}; a link needs both ends, e.g. {{a: h1, b: leaf1}}")
-            if entry[end] not in by_name:
+            if not isinstance(entry[end], str) or entry[end] not in by_name:
                 raise SpecError(
-                    f"{field}.{end} {entry[end]!r} is not a declared node; declare it in nodes, switches or hosts"
+                    f"{field}.{end} {short_repr(entry[end])} is not a declared node; declare it in nodes, "
+                    "switches or hosts"
                 )
+        for port in ("a_port", "b_port"):
+            if port in entry and (isinstance(entry[port], bool) or not isinstance(entry[port], int)):
+                raise SpecError(f"{field}.{port}={short_repr(entry[port])} is not a whole number; use e.g. {port}: 1")
         row = {**base, **entry}
         row["rate_mbps"] = check_rate(row["rate_mbps"], f"{field}.rate_mbps", "rate_mbps: 20")
         row["delay_ms"] = check_delay(row["delay_ms"], f"{field}.delay_ms", "delay_ms: 0.5")
@@ -313,9 +392,17 @@ def load(path: str | Path) -> Topology:
         if not isinstance(name, str):
             raise SpecError(f"name {name!r} must be a string, e.g. name: two-tier")
         params = _mapping(data.get("params", {}) or {}, "params", "{site: lab1}")
+        budget = [MAX_PARAM_VALUES]
+        _json_value(params, "params", budget)
         params = {**params, "file": str(path)}
         if "description" in data:
+            if not isinstance(data["description"], str):
+                raise SpecError(f"description is a {type(data['description']).__name__}; write it as text, "
+                                "e.g. description: a small fabric")
             params["description"] = data["description"]
+        counts = [len(data[k]) for k in ("nodes", "switches", "hosts") if isinstance(data.get(k), list | dict)]
+        links_given = data.get("links")
+        check_size(sum(counts), len(links_given) if isinstance(links_given, list) else 0, "the file")
         mtu = check_mtu(data.get("mtu", DEFAULT_MTU), "mtu", "mtu: 9000")
         nodes = _nodes_from(data)
         links = _links_from(data, nodes)

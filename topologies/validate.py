@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 import re
 from collections import deque
 from collections.abc import Iterable
@@ -25,6 +26,11 @@ MAX_DPID = 2**64 - 1
 # OpenFlow 1.3 OFPP_MAX: ports above it are reserved.
 MAX_PORT = 0xFFFFFF00
 ALL_ROLES = HOST_ROLES + SWITCH_ROLES
+# Sizes past which a fabric is refused before it is built: two cores emulate a few hundred nodes at
+# most, and a fabric of millions would take minutes and gigabytes just to describe. The settings
+# FABRICLAB_MAX_NODES and FABRICLAB_MAX_LINKS (environment variables) raise them for pure analysis.
+MAX_NODES = 2048
+MAX_LINKS = 8192
 
 
 class SpecError(ValueError):
@@ -51,7 +57,13 @@ def check_number(
 ) -> int | float:
     """Return `value` as an int or float, or raise SpecError naming `field` and showing `example`."""
     kind = "whole number" if integer else "number"
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(f"{field}={short_repr(value)} is not a {kind}; use e.g. {example}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int too large for a float: no rate, count or port is that big
+        raise SpecError(f"{field} has {len(str(value))} digits, far too large; use e.g. {example}") from None
+    if not finite:
         raise SpecError(f"{field}={value!r} is not a {kind}; use e.g. {example}")
     if integer:
         if isinstance(value, float):
@@ -70,6 +82,36 @@ def check_number(
     if below is not None and value >= below:
         raise SpecError(f"{field}={value:g} must be < {below:g}{suffix}; use e.g. {example}")
     return value
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+    """repr() cut to `limit` characters: a bad value is quoted, not a whole file of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def size_limits() -> tuple[int, int]:
+    """(most nodes, most links) a fabric may have: MAX_NODES, MAX_LINKS or their settings."""
+    limits = []
+    for name, default in (("FABRICLAB_MAX_NODES", MAX_NODES), ("FABRICLAB_MAX_LINKS", MAX_LINKS)):
+        raw = os.environ.get(name, "").strip()
+        if not raw:
+            limits.append(default)
+        elif raw.isdigit() and len(raw) < 10 and int(raw) > 0:
+            limits.append(int(raw))
+        else:
+            raise SpecError(f"{name}={raw[:20]!r} is not a whole number > 0; unset it or use e.g. {name}={default}")
+    return limits[0], limits[1]
+
+
+def check_size(nodes: int, links: int, where: str) -> None:
+    """Refuse a fabric of more nodes or links than `size_limits()` allows, naming the setting that raises it."""
+    most_nodes, most_links = size_limits()
+    for count, most, what, setting in ((nodes, most_nodes, "nodes", "FABRICLAB_MAX_NODES"),
+                                       (links, most_links, "links", "FABRICLAB_MAX_LINKS")):
+        if count > most:
+            raise SpecError(f"{where} has {count} {what}, more than the {most} allowed; make it smaller, or set "
+                            f"{setting}={count} to allow it (for analysis: two cores emulate a few hundred nodes)")
 
 
 def check_count(value: Any, field: str, example: str) -> int:
@@ -112,7 +154,7 @@ def check_unknown_keys(given: Iterable[str], known: Iterable[str], where: str) -
 def check_name(name: Any, field: str) -> str:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise SpecError(
-            f"{field} {name!r} is not a usable name; use a lowercase letter then lowercase letters "
+            f"{field} {short_repr(name)} is not a usable name; use a lowercase letter then lowercase letters "
             f"or digits ([a-z][a-z0-9]*), e.g. leaf1"
         )
     return name
@@ -183,8 +225,9 @@ def _check_link(link: Any, nodes: dict[str, Node], ports: dict[tuple[str, int], 
     if not isinstance(link, Link):
         raise SpecError(f"links must be Link objects, got {type(link).__name__}")
     for end in (link.a, link.b):
-        if end not in nodes:
-            raise SpecError(f"link {link.a}-{link.b} ends at unknown node {end!r}; declare it in nodes first")
+        if not isinstance(end, str) or end not in nodes:
+            raise SpecError(f"link {short_repr(link.a)}-{short_repr(link.b)} ends at unknown node {short_repr(end)}; "
+                            "declare it in nodes first")
     where = f"link {link.name}"
     if link.a == link.b:
         raise SpecError(f"{where} joins {link.a} to itself; a link needs two different nodes")
@@ -266,6 +309,7 @@ def validate(topo: Topology) -> Topology:
     check_mtu(topo.mtu, "mtu", "mtu=9000")
     if not topo.nodes:
         raise SpecError("topology has no nodes; add at least one switch and one host")
+    check_size(len(topo.nodes), len(topo.links), f"topology {topo.name}")
     nodes: dict[str, Node] = {}
     for node in topo.nodes:
         _check_node(node)

@@ -1,8 +1,6 @@
-"""The SRD-like transport; `python -m transport` (transport/__main__.py) starts its endpoints."""
+"""The SRD-like transport: the sans-I/O core (transport.core), its UDP endpoints (transport.io), the
+core on a virtual clock (transport.sim) and the ring all-reduce (transport.collective).
 
-import sys
-
-
-def command_line(*args: str) -> list[str]:
-    """The command that runs `python -m transport ARGS` with this interpreter, e.g. in an emulated host."""
-    return [sys.executable, "-m", "transport", *args]
+Endpoints in emulated hosts start as `python -m cli.endpoint COMMAND` (cli/endpoint.py): the command
+line sits above the transport, which imports nothing of it.
+"""

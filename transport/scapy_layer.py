@@ -31,8 +31,8 @@ from scapy.fields import (
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, Raw, bind_bottom_up, bind_layers, bind_top_down
 
-from transport import wire
-from transport.endpoint import DEFAULT_PORT
+from transport.core import wire
+from transport.core.contract import DEFAULT_PORT
 
 PACKET_TYPES = {wire.TYPE_DATA: "DATA", wire.TYPE_ACK: "ACK"}
 

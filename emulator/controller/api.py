@@ -2,10 +2,18 @@
 
 GET /health, /links, /ports, /events, /mode, /rules[?switch=NAME]; PUT /mode {"mode": "spray"}.
 Errors are one-line JSON objects: {"error": "..."}.
+
+Only fabriclab's own client is meant to call it, so it refuses what a browser page could send: a
+request must name the server in its Host header (a loopback name or address, or the address it
+listens on: 403 otherwise, 400 without one), a request with an Origin header must come from that same
+server (403), and a body must be JSON with Content-Type: application/json (415) of at most
+MAX_BODY_BYTES (413, refused before it is read). A connection idle for IDLE_TIMEOUT_S (headers or
+body not sent) is closed, so a client cannot hold a handler thread.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import threading
@@ -15,6 +23,9 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 * 1024  # {"mode": "spray"} is 17 bytes
+IDLE_TIMEOUT_S = 10.0
 
 
 class Backend(Protocol):
@@ -33,10 +44,32 @@ class ApiError(Exception):
         self.status = status
 
 
-def _handler_class(backend: Backend) -> type[BaseHTTPRequestHandler]:
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address, IPv6 in brackets or not) is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str | None:
+    """The host part of a Host header (None if it is no host[:port])."""
+    try:
+        parts = urlsplit(f"//{header}")
+        parts.port  # noqa: B018 (raises ValueError on a port that is not a number)
+    except ValueError:
+        return None
+    return parts.hostname
+
+
+def _handler_class(backend: Backend, listen: str = "127.0.0.1",
+                   idle_timeout_s: float = IDLE_TIMEOUT_S) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "fabriclab-controller"
         protocol_version = "HTTP/1.1"
+        timeout = idle_timeout_s  # on the socket: a read that waits longer raises TimeoutError
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("api %s - %s", self.address_string(), format % args)
@@ -49,24 +82,62 @@ def _handler_class(backend: Backend) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _check_request(self, method: str) -> None:
+            host = self.headers.get("Host")
+            if not host:
+                raise ApiError(HTTPStatus.BAD_REQUEST, "no Host header; name the server, e.g. Host: 127.0.0.1")
+            name = host_name(host)
+            if name is None:
+                raise ApiError(HTTPStatus.BAD_REQUEST, "the Host header is not a host name or address")
+            if not (is_loopback(name) or name == listen.strip("[]")):
+                raise ApiError(HTTPStatus.FORBIDDEN, "the Host header must name this server (a loopback address)")
+            origin = self.headers.get("Origin")
+            if origin is not None and origin != f"http://{host}":
+                raise ApiError(HTTPStatus.FORBIDDEN, "cross-origin request refused")
+            if method != "GET":
+                kind = (self.headers.get("Content-Type") or "").partition(";")[0].strip().lower()
+                if kind != "application/json":
+                    raise ApiError(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                                   "send the body as JSON with Content-Type: application/json")
+
         def _dispatch(self, method: str) -> None:
             url = urlsplit(self.path)
             path = url.path.rstrip("/") or "/"
+            self._body_read = False
             try:
+                self._check_request(method)
                 body = self._route(method, path, parse_qs(url.query))
                 self._send(HTTPStatus.OK, body)
             except ApiError as e:
+                if method != "GET" and not self._body_read:
+                    # A body refused unread is still in the stream: no further request can follow it.
+                    self.close_connection = True
                 self._send(e.status, {"error": str(e)})
             except Exception as e:
                 log.exception("api %s %s failed", method, self.path)
                 self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(e).__name__}: {e}"})
 
+        _body_read = False
+
         def _read_json(self) -> Any:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
+            text = (self.headers.get("Content-Length") or "0").strip()
+            if not text.isdigit():
+                raise ApiError(HTTPStatus.BAD_REQUEST, f"Content-Length {text[:20]!r} is not a number of bytes")
+            length = int(text) if len(text) < 12 else MAX_BODY_BYTES + 1
+            if length > MAX_BODY_BYTES:
+                raise ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                               f"the body may have at most {MAX_BODY_BYTES} bytes")
+            try:
+                raw = self.rfile.read(length) if length else b""
+            except TimeoutError:
+                raise ApiError(HTTPStatus.REQUEST_TIMEOUT,
+                               f"the body did not arrive within {idle_timeout_s:g} s") from None
+            if len(raw) < length:
+                raise ApiError(HTTPStatus.BAD_REQUEST, "the body is shorter than its Content-Length")
+            self._body_read = True
             try:
                 return json.loads(raw or b"null")
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 raise ApiError(HTTPStatus.BAD_REQUEST, f"body is not JSON: {e}") from None
 
         def _route(self, method: str, path: str, query: dict[str, list[str]]) -> Any:
@@ -114,8 +185,8 @@ def _handler_class(backend: Backend) -> type[BaseHTTPRequestHandler]:
 class ApiServer:
     """The HTTP server on host:port, served from a daemon thread."""
 
-    def __init__(self, backend: Backend, host: str, port: int) -> None:
-        self.httpd = ThreadingHTTPServer((host, port), _handler_class(backend))
+    def __init__(self, backend: Backend, host: str, port: int, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+        self.httpd = ThreadingHTTPServer((host, port), _handler_class(backend, host, idle_timeout_s))
         self.httpd.daemon_threads = True
         self.thread: threading.Thread | None = None
 

@@ -52,8 +52,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topologies.model import ROLE_TIER, Link, Node, Topology
+from transport.core.contract import EV_BITS, ROUTING_MODES, UDP_PORT_BITS
 
-MODES = ("ecmp", "spray", "single", "local", "via-tor")
+MODES = ROUTING_MODES  # the fabric contract's (transport.core.contract)
 
 TABLE_FORWARD = 0
 TABLE_NEXT_HOP = 1
@@ -71,10 +72,9 @@ ETH_ARP = 0x0806
 ETH_IPV6 = 0x86DD
 IPPROTO_UDP = 17
 
-# Spray uses the low SPRAY_BITS bits of the UDP source port: 16 buckets spread evenly over 2, 4, 8 or
-# 16 paths when a sender rotates its source port over 16 consecutive values.
-SPRAY_BITS = 4
-UDP_PORT_BITS = 16
+# Spray uses the low SPRAY_BITS bits of the UDP source port, where the contract puts the EV: 16 buckets
+# spread evenly over 2, 4, 8 or 16 paths when a sender rotates its source port over 16 consecutive values.
+SPRAY_BITS = EV_BITS
 
 # Output pseudo-ports (translated to OFPP_IN_PORT / OFPP_CONTROLLER by the app).
 IN_PORT = "in_port"

@@ -86,10 +86,6 @@ class PortTable:
     def get(self, dpid: int, port: int) -> PortCounters | None:
         return self.ports.get((dpid, port))
 
-    def forget(self, dpid: int) -> None:
-        for key in [k for k in self.ports if k[0] == dpid]:
-            del self.ports[key]
-
 
 def counted_end(topo: Topology, link: Link) -> tuple[str, int, bool] | None:
     """(switch, port, reversed) whose counters describe `link`: end a when it is a switch, else b.

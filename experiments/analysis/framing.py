@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from experiments.analysis.placement import ideal_bps
 from topologies import Link, Topology, next_hops
-from transport.headers import ACK_FRAME, DATA_WIRE_OVERHEAD, ETHERNET_HEADER, IPV4_HEADER
-from transport.wire import DATA_HEADER_LEN
+from transport.core.headers import ACK_FRAME, DATA_WIRE_OVERHEAD, ETHERNET_HEADER, IPV4_HEADER
+from transport.core.wire import DATA_HEADER_LEN
 
 #
 # ideal FCT = bytes on the wire / bottleneck rate + base RTT; slowdown = FCT / ideal FCT. The bytes on
@@ -38,7 +38,7 @@ class Framing:
 def srd_framing(mtu: int = 1400, message_size: int = 65536) -> Framing:
     """The transport's DATA datagrams: `mtu` bytes of UDP payload including its own 42-byte header, cut
     per message, plus UDP, IPv4 and Ethernet: 84 bytes of overhead per packet
-    (transport.headers.DATA_WIRE_OVERHEAD)."""
+    (transport.core.headers.DATA_WIRE_OVERHEAD)."""
     return Framing(payload=mtu - DATA_HEADER_LEN, overhead=DATA_WIRE_OVERHEAD, message=message_size, ack=ACK_FRAME)
 
 

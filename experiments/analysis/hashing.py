@@ -14,7 +14,7 @@ import numpy as np
 from experiments.analysis.links import fabric_hops
 from experiments.analysis.placement import Hop, capacities, ideal_bps, max_min_rates, path_weights
 from topologies import Topology, next_hops
-from transport.metrics import percentile
+from transport.core.metrics import percentile
 
 
 @dataclass

@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from experiments.arms.base import ArmContext, ArmKind, Flow, get, names
+from experiments.arms.base import ArmContext, ArmKind, Flow, describe, get, names
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["ArmContext", "ArmKind", "Flow", "get", "names"]
+__all__ = ["ArmContext", "ArmKind", "Flow", "describe", "get", "names"]

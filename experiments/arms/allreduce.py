@@ -8,9 +8,9 @@ from typing import Any
 
 from experiments.analysis.placement import host_rate_mbps
 from experiments.arms import base
-from transport import command_line
-from transport.addressing import DEFAULT_PORT
-from transport.schema import AllreduceMetrics
+from experiments.endpoints import command_line
+from transport.core.schema import AllreduceMetrics
+from transport.io.addressing import DEFAULT_PORT
 
 
 class Allreduce(base.ArmKind):

@@ -125,6 +125,14 @@ def names() -> tuple[str, ...]:
     return tuple(_KINDS)
 
 
+def describe(arm: Arm) -> str:
+    """What an arm runs, in a few words (its kind's description), and its faults."""
+    how = get(arm.kind).describe(arm)
+    if arm.faults:
+        how += "; " + ", ".join(f.describe() for f in arm.faults)
+    return how
+
+
 # --------------------------------------------------------------------------------------------------
 # Starting endpoints in hosts
 

@@ -7,11 +7,10 @@ from typing import Any
 
 from experiments.analysis.framing import Framing, srd_framing
 from experiments.arms import base
-from transport import command_line
-from transport.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
-from transport.headers import datagram_size_for_mtu
-from transport.policy_plugin import sender_args
-from transport.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics
+from experiments.endpoints import command_line, sender_args
+from transport.core.headers import datagram_size_for_mtu
+from transport.core.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics
+from transport.io.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
 
 
 class Srd(base.ArmKind):

@@ -1,4 +1,4 @@
-"""Arms of kind "tcp", the everyday baseline: sized flows with transport.tcpflow (complete when the
+"""Arms of kind "tcp", the everyday baseline: sized flows with transport.io.tcpflow (complete when the
 receiver has every byte), timed flows with iperf3."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 
 from experiments.analysis.framing import TCP_MSS, TCP_PMTU, Framing, tcp_framing
 from experiments.arms import base
-from transport import command_line
-from transport.addressing import DEFAULT_BASE_PORT
+from experiments.endpoints import command_line
+from transport.io.addressing import DEFAULT_BASE_PORT
 
 IPERF_PORT = 5201  # iperf3's own default; flow i listens on IPERF_PORT + i
 
@@ -22,7 +22,7 @@ class Tcp(base.ArmKind):
     point_to_point = True
 
     def start(self, ctx: base.ArmContext) -> base.Procs:
-        """Sized flows use transport.tcpflow, whose completion is when the receiver has every byte
+        """Sized flows use transport.io.tcpflow, whose completion is when the receiver has every byte
         (iperf3 -n ends a test once the sender has *written* its bytes, so a flow that fits the socket
         buffers "completes" before most of it has crossed a slow link); timed flows use iperf3 -t."""
         if ctx.bytes_per_flow or any(f.size for f in ctx.flows):
@@ -79,7 +79,7 @@ def _start_tcpflow(ctx: base.ArmContext) -> base.Procs:
 
 
 def _tcpflow_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:
-    """Sized TCP flows (transport.tcpflow): the sender's completion is when the receiver had every byte;
+    """Sized TCP flows (transport.io.tcpflow): the sender's completion is when the receiver had every byte;
     the bytes counted are the receiver's."""
     recv = {name.split("-")[2]: m for name, m in base.endpoint_files(raw, "tcp-recv-")}
     flows = []

@@ -9,7 +9,7 @@ from experiments.model import Arm, Experiment, Fault, Workload
 from experiments.scenarios.common import ok_arms, secs
 from experiments.schema import ResultsDocument
 from topologies import Topology
-from transport.metrics import percentile
+from transport.core.metrics import percentile
 
 NAME = "failover"
 SUMMARY = "a fabric link cut mid-transfer: recovery time of adaptive spraying, ECMP + reroute, TCP"

@@ -1,7 +1,7 @@
 """Lab 2 checker: packet spraying and reordering.
 
 On a folder of code (the lab's starter/ or solution/, or your copy): reorder.py's functions against the
-transport's own receiver (`transport.connection.Connection`), fed the same packets in the same order:
+transport's own receiver (`transport.core.connection.Connection`), fed the same packets in the same order:
 the reorder distances it records, and the most payload it held at once (its `peak_reassembly_bytes`,
 in packets), with unordered and ordered delivery. The arrival orders are hand-made cases and sprays
 over two paths of different speed.
@@ -21,9 +21,9 @@ from typing import Any
 
 from experiments.scenarios import reordering
 from labs import grading
-from transport import wire
-from transport.config import TransportConfig
-from transport.connection import Connection
+from transport.core import wire
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection
 
 MODULE = "reorder.py"
 EXPERIMENT = "reordering"

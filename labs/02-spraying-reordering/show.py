@@ -12,11 +12,11 @@ from experiments.plots import distance_bins
 from labs.catalogue import LabError
 from labs.grading import load_results
 from labs.script import attempt
-from transport import wire
-from transport.config import TransportConfig
-from transport.connection import Connection, MessageAcked
-from transport.metrics import Stats
-from transport.simnet import PathSpec, SimNetwork, drive
+from transport.core import wire
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection, MessageAcked
+from transport.core.metrics import Stats
+from transport.sim.simnet import PathSpec, SimNetwork, drive
 
 # The reordering experiment's paths: one at 10 Mb/s, the other slowed to 3 Mb/s.
 PATH_RATES_BPS = (10e6, 3e6)
@@ -78,7 +78,7 @@ def _hist_line(hist: dict[str, int]) -> str:
 
 
 def show_simulation(student: ModuleType, loss: float) -> None:
-    print(f"Simulated (transport.simnet): {MESSAGES} messages of {PACKETS_PER_MESSAGE} packets sprayed over "
+    print(f"Simulated (transport.sim.simnet): {MESSAGES} messages of {PACKETS_PER_MESSAGE} packets sprayed over "
           f"paths of {PATH_RATES_BPS[0] / 1e6:g} and {PATH_RATES_BPS[1] / 1e6:g} Mb/s"
           + (f", {loss:.0%} loss on the slow one" if loss else ", no loss"))
     runs = {ordered: simulate(ordered, loss) for ordered in (False, True)}

@@ -1,8 +1,8 @@
 """Lab 3 checker: loss recovery, go-back-N against selective repeat.
 
 On a folder of code (the lab's starter/ or solution/, or your copy): recovery.py's models against the
-transport itself. `transmissions` against the DATA packets a real sender (`transport.connection`) puts
-on the wire in fabriclab's simulated network (`transport.simnet`) when the first transmissions of given
+transport itself. `transmissions` against the DATA packets a real sender (`transport.core.connection`) puts
+on the wire in fabriclab's simulated network (`transport.sim.simnet`) when the first transmissions of given
 PSNs are dropped, with a fixed window and a long round trip; `efficiency` against that sender's share of
 useful transmissions under random loss; `stall_probability` against a Monte Carlo of the loss process.
 
@@ -21,10 +21,10 @@ import numpy as np
 
 from experiments.scenarios.loss_recovery import arm_name
 from labs import grading
-from transport import wire
-from transport.config import TransportConfig
-from transport.connection import Connection, MessageAcked
-from transport.simnet import PathSpec, SimNetwork, drive
+from transport.core import wire
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection, MessageAcked
+from transport.sim.simnet import PathSpec, SimNetwork, drive
 
 MODULE = "recovery.py"
 EXPERIMENT = "loss-recovery"
@@ -127,9 +127,9 @@ def check_code(folder: Path) -> list[grading.Check]:
                                                 (0.05, 10, 2), (0.0005, 1000, 1))}
     return [
         grading.agrees("transmissions", mod, "transmissions", sent_cases, transport_sent, rel=0.02,
-                       what="the transport's sender in transport.simnet"),
+                       what="the transport's sender in transport.sim.simnet"),
         grading.agrees("efficiency", mod, "efficiency", eff_cases, transport_efficiency, rel=0.1,
-                       what="the transport's sender under random loss in transport.simnet (3000 packets)"),
+                       what="the transport's sender under random loss in transport.sim.simnet (3000 packets)"),
         grading.agrees("stall probability", mod, "stall_probability", stall_cases, monte_carlo_stall, rel=0.03,
                        what="a Monte Carlo of 200 000 steps"),
     ]

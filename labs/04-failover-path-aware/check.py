@@ -2,7 +2,7 @@
 
 On a folder of code (your copy of starter/, holding failover.py):
 - `paths_to_avoid` gets per-EV counters of a window measured in the simulated network
-  (transport.simnet, the transport's own Connection spraying over 16 EVs) where one path is dead,
+  (transport.sim.simnet, the transport's own Connection spraying over 16 EVs) where one path is dead,
   two are dead, one is lossy, one is slow, all are healthy, or all are lossy, and must name exactly
   the EVs of the broken paths (EV mod the number of paths picks the path);
 - `time_to_recover` must agree with experiments.analysis.recovery_time.time_to_recover on hand-made series and
@@ -27,8 +27,8 @@ from experiments.analysis.recovery_time import time_to_recover
 from experiments.scenarios import failover
 from labs import grading
 from labs.grading import Check
-from transport.config import TransportConfig
-from transport.simnet import PathSpec, run_transfer
+from transport.core.config import TransportConfig
+from transport.sim.simnet import PathSpec, run_transfer
 
 CODE = "failover.py"
 NUM_EVS = 16

@@ -2,10 +2,10 @@
 
 On a folder of code (your copy of starter/, holding collective.py):
 - `send_chunk` drives a ring over real float32 arrays for 2 to 8 ranks: every rank must end with
-  the sum, bit for bit what transport.ring.ring_reference adds up (the order of float additions
-  matters), and the schedule must be transport.ring.RingWorker's, which the wire protocol checks;
-- `bus_bandwidth` and `ring_time_bound` must agree with transport.allreduce.bandwidth_bound, and the
-  bound must hold for a ring with one slow edge run in the simulated network (transport.simnet);
+  the sum, bit for bit what transport.collective.ring.ring_reference adds up (the order of float additions
+  matters), and the schedule must be transport.collective.ring.RingWorker's, which the wire protocol checks;
+- `bus_bandwidth` and `ring_time_bound` must agree with transport.io.allreduce.bandwidth_bound, and the
+  bound must hold for a ring with one slow edge run in the simulated network (transport.sim.simnet);
 - `ring_order` must cross servers as few times as a ring can, and in the simulated network (each
   ring edge at its max-min fair share of the links it crosses, from experiments.analysis) be at
   least 1.6x faster than the live view's order, which alternates servers.
@@ -32,11 +32,11 @@ from labs.catalogue import LabError
 from labs.grading import Check
 from live.workload import ring_order as alternating_order
 from topologies import Topology, parse_spec
-from transport.allreduce import bandwidth_bound
-from transport.config import TransportConfig
-from transport.ring import RingWorker, chunk_bounds, make_input, ring_reference
-from transport.ringsim import ring_allreduce_simulated
-from transport.simnet import PathSpec
+from transport.collective.ring import RingWorker, chunk_bounds, make_input, ring_reference
+from transport.core.config import TransportConfig
+from transport.io.allreduce import bandwidth_bound
+from transport.sim.ringsim import ring_allreduce_simulated
+from transport.sim.simnet import PathSpec
 
 CODE = "collective.py"
 RANKS = range(2, 9)
@@ -104,8 +104,9 @@ def check_schedule(mod: ModuleType) -> list[Check]:
                  None)
     if wrong is None:
         checks.append(grading.holds("send_chunk: fabriclab's schedule", not reordered,
-                                    "the same chunk at every step as transport.ring, so the same float32 sum, "
-                                    "bit for bit", f"{reordered[0] if reordered else ''}: not bit for bit the sum "
+                                    "the same chunk at every step as transport.collective.ring, so the same "
+                                    "float32 sum, bit for bit",
+                                    f"{reordered[0] if reordered else ''}: not bit for bit the sum "
                                     "fabriclab's ring computes"))
     else:
         r, g, n = wrong
@@ -113,7 +114,7 @@ def check_schedule(mod: ModuleType) -> list[Check]:
                 "ring_reference in the last bits" if reordered and not not_summed else "")
         checks.append(grading.failed("send_chunk: fabriclab's schedule",
                                      f"with {n} ranks, rank {r} at step {g} ({_phase(g, n)}) sends chunk "
-                                     f"{table[wrong]}; transport.ring's rank sends chunk "
+                                     f"{table[wrong]}; transport.collective.ring's rank sends chunk "
                                      f"{RingWorker(r, n, np.zeros(n)).send_chunk(g)}{also}"))
     return checks
 
@@ -132,7 +133,7 @@ def _agrees(name: str, got: Any, want: float, call: str, unit: str) -> Check:
     if not isinstance(got, (int, float)) or isinstance(got, bool):
         return grading.failed(name, f"{call} returned {got!r:.60}, expected a number of {unit}")
     return grading.holds(name, abs(got - want) <= 1e-6 * abs(want), f"{call} = {got:.4g} {unit}",
-                         f"{call} = {got:.4g} {unit}; transport.allreduce's bandwidth bound gives {want:.4g} {unit}")
+                         f"{call} = {got:.4g} {unit}; transport.io.allreduce's bandwidth bound gives {want:.4g} {unit}")
 
 
 def check_formulas(mod: ModuleType) -> list[Check]:

@@ -1,12 +1,16 @@
 """Lab 6 checker: your path policy against the built-in single, spray and adaptive.
 
 On a folder of code (the lab's starter/ or solution/, or your copy) it loads my_policy.py:MyPolicy
-through the transport's plug-in loader and runs it in the simulated network (transport.policy_trial),
-beside the three built-ins on the same paths and seed: one scenario cuts the busiest of four paths
-halfway, the other slows it to a quarter of its rate. In each it grades goodput, tail (p99) message
-completion time and failover (goodput kept after the fault), each against the best built-in in that
-scenario — no built-in is best in both — and any fault the guard recorded (an exception, a bad EV,
-too slow) fails. No root, a few seconds.
+through the transport's plug-in loader, calls every method directly (conformance: every EV, every
+`avoid`, a timeout on an EV never acknowledged, state() as JSON), then runs it in the simulated
+network (transport.sim.policy_trial.GRADING) beside the three built-ins on the same paths and seeds: the
+busiest path cut, or slowed to a quarter of its rate, early, midway or late, on four paths or eight,
+with three seeds, and two controls without a fault. For each fault it grades goodput, tail (p99)
+message completion time, counting messages unfinished at the end at their age then, failover
+(goodput kept after the fault) and a recovery that lasts to the end; for the controls, goodput. Each
+is against the best built-in in that very trial — no built-in is best in all — and must hold in every
+trial of its kind. Any fault the guard recorded (an exception, a bad EV, too slow) fails. No root,
+about 10 s.
 
 On a results directory of `fabriclab run hot-link --path-policy DIR/my_policy.py:MyPolicy` it grades
 the arm that ran your policy against the experiment's own arms the same way, with wider margins: one
@@ -21,9 +25,9 @@ from typing import Any
 from experiments.scenarios import hot_link
 from labs import grading
 from labs.catalogue import LabError
-from transport.paths import is_plugin
-from transport.policy_plugin import PolicySpecError, check_spec
-from transport.policy_trial import BUILTINS, SCENARIOS, builtin_trial, run_trial
+from transport.core.paths import is_plugin
+from transport.core.policy_plugin import PolicySpecError, check_spec
+from transport.sim.policy_trial import BUILTINS, GRADING, Case, TrialResult, builtin_trial, conformance, run_trial
 
 FILE, CLASS = "my_policy.py", "MyPolicy"
 EXPERIMENT = "hot-link"
@@ -60,8 +64,29 @@ def _pct(x: float | None) -> str:
 
 def _recovery(s: float | None) -> str:
     if s is None:
-        return "never back to 60 % of before"
-    return f"back to 60 % of before {s:.2f} s after the fault"
+        return "never back to 60 % of before for good"
+    return f"back to 60 % of before {s:.2f} s after the fault, and stayed"
+
+
+def _finer(fmt: Any, x: float, decimals: int) -> str:
+    """x as fmt shows it, with `decimals` more decimals."""
+    if fmt is _pct:
+        return f"{x:.{decimals}%}"
+    if fmt is _mbps:
+        return f"{x / 1e6:.{decimals + 1}f} Mb/s"
+    if fmt is _ms and x < 1:
+        return f"{x * 1e3:.{decimals}f} ms"
+    return f"{x:.{decimals + 2}g}"
+
+
+def _exact(fmt: Any, a: float, b: float) -> tuple[str, str]:
+    """fmt(a), fmt(b), with more decimals when they would print alike ("63% < 63%")."""
+    shown_a, shown_b = fmt(a), fmt(b)
+    decimals = 1
+    while shown_a == shown_b and a != b and decimals < 7:
+        shown_a, shown_b = _finer(fmt, a, decimals), _finer(fmt, b, decimals)
+        decimals += 1
+    return shown_a, shown_b
 
 
 def _versus(name: str, mine: float | None, refs: dict[str, float | None], factor: float, higher: bool,
@@ -75,8 +100,9 @@ def _versus(name: str, mine: float | None, refs: dict[str, float | None], factor
     bound = factor * known[best]
     ok = mine >= bound if higher else mine <= bound
     others = ", ".join(f"{k} {fmt(v)}" for k, v in refs.items() if k != best)
-    return grading.Check(name, ok, f"{what} {fmt(mine)} {('>=' if ok else '<') if higher else ('<=' if ok else '>')} "
-                         f"{fmt(bound)} ({factor:g} x {best}'s {fmt(known[best])}, the best built-in; {others})")
+    shown, shown_bound = _exact(fmt, mine, bound)
+    return grading.Check(name, ok, f"{what} {shown} {('>=' if ok else '<') if higher else ('<=' if ok else '>')} "
+                         f"{shown_bound} ({factor:g} x {best}'s {fmt(known[best])}, the best built-in; {others})")
 
 
 # ---- a folder of code: the simulated network --------------------------------------------------------
@@ -91,30 +117,69 @@ def check_code(folder: Path) -> list[grading.Check]:
     except PolicySpecError as exc:
         return [grading.failed(f"load {FILE}", str(exc))]
     checks = [grading.passed(f"load {FILE}", f"{CLASS} has every method of a path policy")]
-    faulty, busy_us = False, 0.0
-    for sc in SCENARIOS:
-        mine = run_trial(spec, sc, stop_on_fault=True)
-        label = f"{sc.name} ({sc.describe()})"
-        if mine.fault:
-            # The guard replaced the policy with spray: the trial's numbers are not the student's.
-            faulty = True
-            checks.append(grading.failed(f"{label}: policy fault", f"{mine.fault}; the trial went on with spray, "
-                                         "so there is nothing of yours to grade here"))
+    checks += [grading.Check(f"conformance: {c.name}", c.problem is None, f"{c.what}: {c.problem or 'fine'}")
+               for c in conformance(spec)]
+    busy_us, faults = 0.0, []
+    for kind in _kinds():
+        cases = [c for c in GRADING if c.scenario.fault == kind]
+        mine: dict[Case, TrialResult] = {}
+        for case in cases:
+            result = run_trial(spec, case.scenario, case.seed, stop_on_fault=True)
+            if result.fault:
+                # The guard stopped the trial at the fault: what came after is not the student's.
+                faults.append(f"{case.label} ({case.scenario.describe()}): {result.fault}; the trial stopped there")
+                break
+            busy_us = max(busy_us, result.mean_call_us or 0.0)
+            mine[case] = result
+        if len(mine) < len(cases):
+            checks.append(grading.failed(f"{_title(kind)}: policy fault", f"{faults[-1]}, so there is nothing of "
+                                         "yours to grade in these trials"))
             continue
-        busy_us = max(busy_us, mine.mean_call_us or 0.0)
-        refs = {p: builtin_trial(p, sc) for p in BUILTINS}
-        checks += [
-            _versus(f"{label}: goodput", mine.goodput_bps, {p: r.goodput_bps for p, r in refs.items()},
-                    GOODPUT_OF_BEST, True, _mbps, "goodput"),
-            _versus(f"{sc.name}: tail", mine.p99_s, {p: r.p99_s for p, r in refs.items()}, TAIL_OF_BEST, False,
-                    _ms, "p99 message completion"),
-            _versus(f"{sc.name}: failover", mine.kept, {p: r.kept for p, r in refs.items()}, KEPT_OF_BEST, True,
-                    _pct, f"goodput kept after the fault (after/before; {_recovery(mine.recovery_s)})"),
-        ]
-    if not faulty:
+        checks += _graded(kind, mine)
+    if not faults:
         checks.append(grading.passed("no policy fault", f"{CLASS} never raised, always returned a valid EV and "
                                      f"took {busy_us:.1f} µs per call on average"))
     return checks
+
+
+def _kinds() -> list[str]:
+    return list(dict.fromkeys(c.scenario.fault for c in GRADING))
+
+
+def _title(kind: str) -> str:
+    return "no fault" if kind == "none" else kind
+
+
+def _graded(kind: str, mine: dict[Case, TrialResult]) -> list[grading.Check]:
+    """One check per metric over every trial of `kind`: it holds in all of them, or names where not."""
+    metrics: list[tuple[str, Any]] = [
+        ("goodput", lambda c, r, refs: _versus(c.label, r.goodput_bps, {p: x.goodput_bps for p, x in refs.items()},
+                                               GOODPUT_OF_BEST, True, _mbps, "goodput")),
+    ]
+    if kind != "none":
+        # A control has no fault to fail over from, and its tail is the paths' own: goodput says enough.
+        metrics += [
+            ("tail", lambda c, r, refs: _versus(
+                c.label, r.p99_s, {p: x.p99_s for p, x in refs.items()}, TAIL_OF_BEST, False, _ms,
+                f"p99 message completion ({r.unfinished} unfinished at the end counted at their age)")),
+            ("failover", lambda c, r, refs: _versus(
+                c.label, r.kept, {p: x.kept for p, x in refs.items()}, KEPT_OF_BEST, True, _pct,
+                "goodput kept after the fault (after/before)")),
+            ("recovery", lambda c, r, refs: grading.Check(c.label, r.recovery_s is not None, _recovery(r.recovery_s))),
+        ]
+    cases = list(mine)
+    out = []
+    for metric, grade in metrics:
+        per_case = [grade(c, mine[c], {p: builtin_trial(p, c.scenario, c.seed) for p in BUILTINS}) for c in cases]
+        bad = [(c, g) for c, g in zip(cases, per_case, strict=True) if not g.passed]
+        if bad:
+            case, g = bad[0]
+            reason = (f"{len(bad)} of {len(cases)} trials fail, e.g. {case.label} ({case.scenario.describe()}): "
+                      f"{g.reason}")
+        else:
+            reason = f"in all {len(cases)} trials, e.g. {per_case[0].name}: {per_case[0].reason}"
+        out.append(grading.Check(f"{_title(kind)}: {metric}", not bad, reason))
+    return out
 
 
 # ---- a results directory: the live fabric ------------------------------------------------------------

@@ -910,7 +910,8 @@ def test_api_routes_and_errors():
 
     def call(path, body=None):
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(base + path, data=data, method="GET" if body is None else "PUT")
+        req = urllib.request.Request(base + path, data=data, method="GET" if body is None else "PUT",
+                                     headers={} if body is None else {"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=5) as r:
                 return r.status, json.load(r)

@@ -15,9 +15,9 @@ import pytest
 
 from emulator.network import Fabric
 from emulator.probe import run_probe
+from experiments.endpoints import command_line
 from tests.emulator_helpers import assert_no_leftovers
 from topologies import parse_spec
-from transport import command_line
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -1,5 +1,5 @@
 """Endpoint metrics files from transfers on the in-memory simulated network: the transport's own
-connection metrics, wrapped the way `fabriclab srd send` / `srd recv` wrap them (transport.schema's
+connection metrics, wrapped the way `fabriclab srd send` / `srd recv` wrap them (transport.core.schema's
 SenderMetrics / ReceiverMetrics, every key), so the experiments' readers get what real endpoints write."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from transport.config import TransportConfig
-from transport.endpoint import write_json
-from transport.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics, base_rto_s
-from transport.simnet import PathSpec, TransferResult, run_transfer
+from transport.core.config import TransportConfig
+from transport.core.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics, base_rto_s
+from transport.io.endpoint import write_json
+from transport.sim.simnet import PathSpec, TransferResult, run_transfer
 
 MESSAGE = 65536
 
@@ -67,7 +67,8 @@ def receiver_record(results: list[TransferResult]) -> ReceiverMetrics:
         "goodput_bps": 8 * nbytes / duration if duration else 0.0, "messages": sum(c["messages"] for c in conns),
         "datagrams_received": sum(c["datagrams"] for c in conns), "datagrams_sent": 0, "pps_received": 0.0,
         "invalid_datagrams": 0, "send_errors": 0, "socket_drops": 0, "expect_bytes": nbytes,
-        "config": results[0].receiver_metrics["config"], "connections": conns,
+        "config": results[0].receiver_metrics["config"], "connections_refused": 0, "connections_expired": 0,
+        "connections": conns,
     }
 
 

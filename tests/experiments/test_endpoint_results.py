@@ -9,10 +9,10 @@ from experiments import results, runner
 from experiments.model import Arm
 from tests.experiments.simulated_endpoints import receiver_record, sender_record, transfer, write
 from topologies import parse_spec
-from transport.allreduce import UdpRingWorker, WorkerOptions
-from transport.recovery import RttEstimator, rto
-from transport.schema import AllreduceMetrics, ReceiverMetrics, SenderMetrics, problems
-from transport.simnet import PathSpec
+from transport.core.rtt import RttEstimator, rto
+from transport.core.schema import AllreduceMetrics, ReceiverMetrics, SenderMetrics, problems
+from transport.io.allreduce import UdpRingWorker, WorkerOptions
+from transport.sim.simnet import PathSpec
 
 SIZE = 600_000
 TOPO = "leaf-spine:spines=1,leaves=2,hosts=2,rate=10"

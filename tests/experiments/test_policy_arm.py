@@ -52,7 +52,7 @@ def test_run_refuses_bad_input_in_one_line_before_anything_starts(tmp_path, monk
         raise AssertionError("a fabric was about to be brought up")
 
     monkeypatch.setattr(driver, "execute", no_fabric)
-    (tmp_path / "p.py").write_text("from transport.paths import Spray as MyPolicy\n")
+    (tmp_path / "p.py").write_text("from transport.core.paths import Spray as MyPolicy\n")
     try:
         code = main(["run", name, "--path-policy", spec.format(dir=tmp_path), "--no-progress"])
     except SystemExit as exc:

@@ -10,7 +10,7 @@ import pytest
 from experiments import catalogue, driver, overrides, report, results, schema
 from experiments.runner import Flow, RunOutcome
 from topologies import parse_spec
-from transport import schema as transport_schema
+from transport.core import schema as transport_schema
 
 SPEC = "leaf-spine:spines=2,leaves=2,hosts=1,rate=10"
 

@@ -17,7 +17,7 @@ import pytest
 from experiments import driver, records, results, runner, schema
 from experiments.model import Arm
 from tests.experiments.simulated_endpoints import receiver_record, sender_record, transfer, write
-from transport.simnet import PathSpec
+from transport.sim.simnet import PathSpec
 
 SPEC = "leaf-spine:spines=2,leaves=2,hosts=1,rate=10"
 SIZE = 300_000

@@ -10,9 +10,9 @@ from experiments.analysis.framing import first_packet_bytes, srd_framing, tcp_fr
 from experiments.model import Arm
 from tests.experiments.simulated_endpoints import MESSAGE, sender_record, transfer
 from topologies import parse_spec
-from transport.headers import DATA_WIRE_OVERHEAD
-from transport.simnet import PathSpec
-from transport.wire import DATA_HEADER_LEN
+from transport.core.headers import DATA_WIRE_OVERHEAD
+from transport.core.wire import DATA_HEADER_LEN
+from transport.sim.simnet import PathSpec
 
 
 def _topo(rate_mbps: float):

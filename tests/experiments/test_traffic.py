@@ -216,3 +216,60 @@ def test_cli_names_a_missing_matrix(tmp_path):
     out = subprocess.run([*FABRICLAB, "run", "ecmp-vs-spray", "--traffic", str(tmp_path / "none.cm")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "none.cm" in out.stderr
+
+
+# -- hostile matrices: numbers, sizes, times and files that used to escape or run away --------------
+
+HUGE = "1" + "0" * 4400
+
+
+def _cli_error(tmp_path: Path, matrix: str) -> str:
+    """`run --traffic MATRIX`'s one-line error. PATH holds no Open vSwitch, so a matrix the checks let
+    through stops at the emulator's own readiness check instead of bringing a fabric up."""
+    empty = tmp_path / "no-tools"
+    empty.mkdir(exist_ok=True)
+    out = subprocess.run([*FABRICLAB, "run", "ecmp-vs-spray", "--traffic", matrix, "--no-progress"],
+                         capture_output=True, text=True, timeout=60, env={"PATH": str(empty)})
+    err = out.stderr.strip()
+    assert out.returncode == 2, out
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize(("line", "fragment"), [
+    (f"0->1 start 0 size {HUGE}", "perm.cm:3: 'size' has 4401 digits, more than the 24"),
+    (f"0->1 start {HUGE} size 10", "perm.cm:3: 'start' has 4401 digits"),
+    (f"0->1 id {HUGE} start 0 size 10", "perm.cm:3: 'id' has 4401 digits"),
+    ("0->1 start 0 size " + "1" + "0" * 30, "perm.cm:3: 'size' has 31 digits"),
+    ("0->1 start 0 size 1000000000000000000", "size 1000000000000000000 bytes is more than the 1 TiB"),
+    ("0->1 start 1e309 size 10", "start '1e309' is not a number of picoseconds"),
+    ("0->1 start 1e30 size 10", "start 1e30 ps is 1e+18 s after the traffic starts, more than the 3600 s"),
+    ("0->1 start 0 size 100000000000", "s per arm at the fabric's link rates, more than the 3600 s"),
+], ids=["size-4401-digits", "start-4401-digits", "id-4401-digits", "size-1e30", "size-1e18", "start-1e309",
+        "start-1e30", "makespan-over-an-hour"])
+def test_cli_caps_digits_sizes_and_duration(tmp_path, line, fragment):
+    bad = tmp_path / "perm.cm"
+    bad.write_text(f"Nodes 6\nConnections 1\n{line}\n")
+    assert fragment in _cli_error(tmp_path, str(bad))
+
+
+def test_cli_caps_header_digits(tmp_path):
+    bad = tmp_path / "perm.cm"
+    bad.write_text(f"Nodes {HUGE}\nConnections 1\n0->1 start 0 size 10\n")
+    assert "perm.cm:1: Nodes has 4401 digits" in _cli_error(tmp_path, str(bad))
+
+
+def test_cli_reads_no_more_than_the_file_cap(tmp_path):
+    import resource
+
+    # Before the cap, /dev/zero was read until memory ran out; now the command stops after 16 MiB.
+    err = _cli_error(tmp_path, "/dev/zero")
+    assert "/dev/zero: more than 16 MiB, too large for a connection matrix" in err
+    # The largest child so far (this one, or an earlier CLI run of the suite) stayed small.
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 512 * 1024
+
+
+def test_an_explicit_duration_keeps_a_long_matrix():
+    exp, topo = driver.prepare("ecmp-vs-spray", duration=5.0)
+    m = traffic.parse("Nodes 6\nConnections 1\n0->1 start 0 size 100000000000\n", "t.cm", hosts=6)
+    assert traffic.apply(exp, topo, m, keep_duration=True).duration_s == 5.0

@@ -23,11 +23,12 @@ JSON = {"Content-Type": "application/json"}
 
 
 @contextlib.asynccontextmanager
-async def live(backend: FakeBackend | None = None, start: bool = True, interval: float = 0.05):
+async def live(backend: FakeBackend | None = None, start: bool = True, interval: float = 0.05,
+               bind: str = "127.0.0.1"):
     backend = backend or FakeBackend(TOPO)
     session = LiveSession(backend, interval=interval)
     stop = asyncio.Event()
-    client = TestClient(TestServer(make_app(session)))
+    client = TestClient(TestServer(make_app(session, bind)))
     await client.start_server()
     starter = asyncio.create_task(session.start()) if start else None
     sampler = asyncio.create_task(session.run(stop))
@@ -217,6 +218,45 @@ def test_writes_need_json_and_the_same_origin():
             assert status == 200 and backend.calls == [("set_mode", ("spray",))]
             resp = await client.put("/api/mode", data='{"mode": "ecmp"}', headers=JSON)
             assert resp.status == 405 and "error" in await resp.json()
+
+    run(body)
+
+
+def test_a_host_header_that_is_no_host_and_a_deeply_nested_body_are_400s():
+    async def body():
+        async with live() as (client, _session, backend):
+            for bad in ("[", "[::1", "127.0.0.1:port"):
+                resp = await client.get("/api/state", headers={"Host": bad})
+                assert resp.status == 400 and "Host header" in (await resp.json())["error"], bad
+            # Well under the 64 KiB body cap, deep enough for json's recursion limit.
+            status, out = await post(client, "mode", "[" * 30_000 + "]" * 30_000)
+            assert status == 400 and "not valid JSON" in out["error"]
+            assert backend.calls == []
+
+    run(body)
+
+
+def test_a_wildcard_bind_accepts_only_this_machines_names_and_addresses():
+    import socket
+
+    async def body():
+        async with live(bind="0.0.0.0") as (client, _session, backend):
+            port = client.port
+
+            async def status(host: str) -> int:
+                return (await client.get("/api/state", headers={"Host": host})).status
+
+            own = [f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", f"0.0.0.0:{port}",
+                   f"{socket.gethostname()}:{port}", socket.getfqdn().upper()]
+            assert [await status(h) for h in own] == [200] * len(own)
+            # A DNS-rebinding page names its own domain; 192.0.2.1 (TEST-NET-1) is no address of ours.
+            for foreign in (f"evil.example:{port}", "evil.example", f"192.0.2.1:{port}", "224.0.0.1"):
+                assert await status(foreign) == 403, foreign
+            rebound = {**JSON, "Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
+            assert (await post(client, "mode", {"mode": "spray"}, rebound))[0] == 403
+            assert backend.calls == []
+            mine = {**JSON, "Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"}
+            assert (await post(client, "mode", {"mode": "spray"}, mine))[0] == 200
 
     run(body)
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from transport.config import TransportConfig
-from transport.connection import Connection, MessageAcked, MessageReceived
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection, MessageAcked, MessageReceived
 
 
 @dataclass

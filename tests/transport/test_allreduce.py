@@ -17,10 +17,8 @@ import pytest
 
 from cli.args import parse_peers
 from cli.main import main
-from transport import command_line
-from transport.allreduce import UdpRingWorker, WorkerOptions, bandwidth_bound
-from transport.config import TransportConfig
-from transport.ring import (
+from experiments.endpoints import command_line
+from transport.collective.ring import (
     RingProtocolError,
     RingWorker,
     chunk_bounds,
@@ -30,8 +28,10 @@ from transport.ring import (
     reference_from_seed,
     ring_reference,
 )
-from transport.ringsim import ring_allreduce_simulated
-from transport.simnet import PathSpec
+from transport.core.config import TransportConfig
+from transport.io.allreduce import UdpRingWorker, WorkerOptions, bandwidth_bound
+from transport.sim.ringsim import ring_allreduce_simulated
+from transport.sim.simnet import PathSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 F32 = np.float32

@@ -13,7 +13,7 @@ import pytest
 from cli.args import size_arg
 from cli.main import main
 from cli.srd import parse_destination
-from transport import command_line
+from experiments.endpoints import command_line
 
 ROOT = Path(__file__).resolve().parents[2]
 FABRICLAB = [sys.executable, "-m", "cli"]
@@ -102,14 +102,14 @@ def test_transport_entry_point_is_one_line_on_bad_input() -> None:
                           text=True, timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("python -m transport srd send: error: argument --to"), lines
+    assert len(lines) == 1 and lines[0].startswith("python -m cli.endpoint srd send: error: argument --to"), lines
 
 
 def test_transport_entry_point_starts_an_endpoint_with_the_transport_alone() -> None:
-    """`python -m transport srd` loads the transport and its argument parsing, nothing of the emulator, the
+    """`python -m cli.endpoint srd` loads the transport and its argument parsing, nothing of the emulator, the
     experiments or the other commands: every endpoint in an emulated host pays for its start."""
     show_modules = ("import json, runpy, sys\n"
-                    "try:\n    runpy.run_module('transport', run_name='__main__', alter_sys=True)\n"
+                    "try:\n    runpy.run_module('cli.endpoint', run_name='__main__', alter_sys=True)\n"
                     "except SystemExit:\n    pass\n"
                     "print(json.dumps(sorted(sys.modules)))")
     proc = subprocess.run([sys.executable, "-c", show_modules, "srd", "send", "--help"], cwd=ROOT,
@@ -117,7 +117,7 @@ def test_transport_entry_point_starts_an_endpoint_with_the_transport_alone() -> 
     assert proc.returncode == 0 and "--request-response" in proc.stdout, proc.stderr
     loaded = set(json.loads(proc.stdout.splitlines()[-1]))
     ours = {m for m in loaded if m.split(".")[0] in ("cli", "transport", "emulator", "experiments", "topologies")}
-    assert "transport.endpoint" in ours
+    assert "transport.io.endpoint" in ours
     assert {m.split(".")[0] for m in ours} == {"cli", "transport"}, ours
     assert {m for m in ours if m.startswith("cli")} == {"cli", "cli.main", "cli.args", "cli.srd"}, ours
     assert "numpy" not in loaded
@@ -188,8 +188,8 @@ def test_send_recv_subprocesses_json(tmp_path: Path) -> None:
 def test_send_json_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     import threading
 
-    from transport.config import TransportConfig
-    from transport.endpoint import Receiver
+    from transport.core.config import TransportConfig
+    from transport.io.endpoint import Receiver
 
     rcv = Receiver(TransportConfig(), bind="127.0.0.1", port=0, echo=True)
     rcv.open()

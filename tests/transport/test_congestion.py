@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from transport.congestion import DelayBased, FixedWindow, make_cc
-from transport.recovery import RttEstimator
+from transport.core.config import TransportConfig
+from transport.core.congestion import DelayBased, FixedWindow, make_cc
+from transport.core.rtt import RttEstimator
 
 
 def test_fixed_window_ignores_signals_and_paces_over_srtt() -> None:
-    cc = make_cc("fixed", 32, 1024, 0.002)
+    cc = make_cc("fixed", TransportConfig(window=32, max_window=1024, target_delay=0.002))
     assert isinstance(cc, FixedWindow) and cc.pacing_rate is None
     cc.on_ack(0.001, 1, 0.0)
     cc.on_loss(0.0)
     cc.on_timeout(0.0)
     assert cc.window == 32
     assert cc.pacing_rate == pytest.approx(1.5 * 32 / 0.001)
-    assert make_cc("fixed", 32, 1024, 0.002, pacing=False).pacing_rate is None
+    unpaced = TransportConfig(window=32, max_window=1024, target_delay=0.002, pacing=False)
+    assert make_cc("fixed", unpaced).pacing_rate is None
 
 
 def test_slow_start_then_additive_increase_below_target() -> None:
@@ -72,7 +74,7 @@ def test_window_bounds() -> None:
 
 def test_unknown_cc() -> None:
     with pytest.raises(ValueError, match="unknown congestion control"):
-        make_cc("cubic", 1, 1, 0.1)
+        make_cc("cubic", TransportConfig(window=1, max_window=1, target_delay=0.1))
 
 
 def test_target_covers_a_number_of_packets_at_the_flows_rate() -> None:
@@ -119,7 +121,7 @@ def test_spurious_retransmission_undoes_the_loss_decrease() -> None:
 def test_a_shared_rtt_estimate_is_read_not_updated_again(name: str) -> None:
     # In a connection loss recovery updates the estimate with a sample before on_ack reports it.
     rtt = RttEstimator()
-    cc = make_cc(name, 10, 100, 0.002, rtt=rtt)
+    cc = make_cc(name, TransportConfig(window=10, max_window=100, target_delay=0.002), rtt=rtt)
     for sample in (0.001, 0.003):
         rtt.update(sample)
         cc.on_ack(sample, 1, 0.0)

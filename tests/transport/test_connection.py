@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from transport.config import ConfigError, TransportConfig
-from transport.connection import Connection, MessageAcked
-from transport.simnet import PathSpec, run_transfer
-from transport.wire import AckPacket, DataPacket, decode, encode
+from transport.core.config import ConfigError, TransportConfig
+from transport.core.connection import Connection, MessageAcked
+from transport.core.wire import AckPacket, DataPacket, decode, encode
+from transport.sim.simnet import PathSpec, run_transfer
 
 from .conftest import make_pair
 

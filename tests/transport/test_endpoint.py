@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from transport.config import TransportConfig
-from transport.endpoint import (
+from transport.core.config import TransportConfig
+from transport.io.endpoint import (
     EndpointError,
     Receiver,
     Sender,
@@ -89,7 +89,7 @@ def test_loopback_2mb_exactly_once(delivery: str, tmp_path: Path) -> None:
     assert rm["connections"][0]["duplicate_messages"] == 0
     assert rm["stop_reason"] == "expected bytes received"
     # Metrics are JSON: written, read back, the connection's own metrics included.
-    from transport.endpoint import write_json
+    from transport.io.endpoint import write_json
 
     out = tmp_path / "m.json"
     write_json(metrics, str(out))

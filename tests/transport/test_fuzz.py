@@ -10,10 +10,10 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transport.config import TransportConfig
-from transport.connection import Connection
-from transport.simnet import PathSpec, SimNetwork, drive
-from transport.wire import ACK_FIELDS, DATA_FIELDS, MAGIC, VERSION, AckPacket, DataPacket, decode, encode
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection
+from transport.core.wire import ACK_FIELDS, DATA_FIELDS, MAGIC, VERSION, AckPacket, DataPacket, decode, encode
+from transport.sim.simnet import PathSpec, SimNetwork, drive
 
 from .conftest import make_pair
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transport.config import TransportConfig
-from transport.metrics import GoodputSeries, Stats, percentile, percentiles, quantiles
-from transport.sender import summarize
-from transport.simnet import PathSpec, run_transfer
+from transport.core.config import TransportConfig
+from transport.core.metrics import GoodputSeries, Stats, percentile, percentiles, quantiles
+from transport.io.sender import summarize
+from transport.sim.simnet import PathSpec, run_transfer
 
 
 def test_percentiles() -> None:

@@ -6,9 +6,10 @@ import random
 
 import pytest
 
-from transport.config import TransportConfig
-from transport.paths import Adaptive, SinglePath, Spray, make_policy
-from transport.simnet import PathSpec, run_transfer
+from transport.core.config import TransportConfig
+from transport.core.paths import Adaptive, SinglePath, Spray
+from transport.core.policy_plugin import make_policy
+from transport.sim.simnet import PathSpec, run_transfer
 
 
 def test_single_uses_one_ev_and_another_only_to_avoid_it() -> None:

@@ -16,12 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transport import policy_plugin
-from transport.config import ConfigError, TransportConfig
-from transport.connection import Connection
-from transport.paths import Spray, make_policy
-from transport.policy_plugin import GuardedPolicy, PolicySpecError
-from transport.simnet import PathSpec, run_transfer
+from experiments.endpoints import sender_args
+from transport.core import policy_plugin
+from transport.core.config import ConfigError, TransportConfig
+from transport.core.connection import Connection
+from transport.core.paths import Spray
+from transport.core.policy_plugin import GuardedPolicy, PolicySpecError, make_policy
+from transport.sim.simnet import PathSpec, run_transfer
 
 ROOT = Path(__file__).resolve().parents[2]
 FABRICLAB = [sys.executable, "-m", "cli"]
@@ -129,8 +130,8 @@ def test_spec_is_made_absolute_and_its_class_loaded_once(tmp_path, monkeypatch):
     assert spec == f"{tmp_path / 'pol.py'}:Good"
     assert policy_plugin.load_class(spec) is policy_plugin.load_class(spec)
     assert policy_plugin.label(spec) == "Good" and policy_plugin.label("spray") == "spray"
-    assert policy_plugin.sender_args(spec) == ["--path-policy", spec]
-    assert policy_plugin.sender_args("adaptive") == ["--policy", "adaptive"]
+    assert sender_args(spec) == ["--path-policy", spec]
+    assert sender_args("adaptive") == ["--policy", "adaptive"]
 
 
 def test_config_takes_a_spec_and_still_refuses_unknown_names(tmp_path):
@@ -146,7 +147,7 @@ def test_config_takes_a_spec_and_still_refuses_unknown_names(tmp_path):
 
 def test_a_good_plugin_runs_like_spray(tmp_path, caplog):
     spec = write_policy(tmp_path, "pol", GOOD) + ":Good"
-    with caplog.at_level(logging.WARNING, logger="transport.policy_plugin"):
+    with caplog.at_level(logging.WARNING, logger="transport.core.policy_plugin"):
         mine = transfer(spec)
     spray = transfer("spray")
     assert mine.completed and sorted(mine.delivered) == sorted(spray.delivered)
@@ -163,7 +164,7 @@ def test_a_good_plugin_runs_like_spray(tmp_path, caplog):
 def test_a_broken_plugin_falls_back_to_spray_and_is_reported_once(tmp_path, caplog, kind):
     method_src, method, words = BROKEN[kind]
     spec = write_policy(tmp_path, "pol", broken_source(method_src)) + ":Broken"
-    with caplog.at_level(logging.WARNING, logger="transport.policy_plugin"):
+    with caplog.at_level(logging.WARNING, logger="transport.core.policy_plugin"):
         result = transfer(spec)
     assert result.completed, "the connection must carry on with the fallback"
     fault = result.sender_metrics["path_policy_fault"]
@@ -244,7 +245,7 @@ def test_a_really_slow_policy_falls_back_on_the_simulated_network(tmp_path, capl
     source = broken_source("def next_ev(self, now, avoid=None):\n    import time\n    time.sleep(0.06)\n"
                            "    return 0")
     spec = write_policy(tmp_path, "pol", source) + ":Broken"
-    with caplog.at_level(logging.WARNING, logger="transport.policy_plugin"):
+    with caplog.at_level(logging.WARNING, logger="transport.core.policy_plugin"):
         result = transfer(spec, nbytes=200_000)
     assert result.completed
     assert "Broken.next_ev() took" in result.sender_metrics["path_policy_fault"]
@@ -296,6 +297,40 @@ def test_srd_send_refuses_a_bad_policy_in_one_line(tmp_path, spec, words):
                          timeout=60)
     assert out.returncode == 2, out
     assert words in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def _hostile_spec(folder: Path, kind: str) -> tuple[str, str]:
+    """A --path-policy value that used to escape argparse (or end the command), and the words now shown."""
+    if kind == "symlink-loop":
+        (folder / "a.py").symlink_to(folder / "b.py")
+        (folder / "b.py").symlink_to(folder / "a.py")
+        return f"{folder}/a.py:C", "Symlink loop"
+    if kind == "no-such-user":
+        return "~nosuchuser/x.py:C", "there is no user 'nosuchuser'"
+    if kind == "name-too-long":
+        return f"{folder}/{'a' * 300}.py:C", "File name too long"
+    write_policy(folder, "exits", "import sys\nsys.exit(3)\n")
+    return f"{folder}/exits.py:C", "called sys.exit(3); a policy file must not exit"
+
+
+@pytest.mark.parametrize("kind", ["symlink-loop", "no-such-user", "name-too-long", "sys-exit"])
+def test_hostile_path_policy_specs_are_one_line_and_exit_2(tmp_path, kind):
+    spec, words = _hostile_spec(tmp_path, kind)
+    out = subprocess.run([*FABRICLAB, "srd", "send", "--to", "127.0.0.1", "--path-policy", spec], cwd=tmp_path,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                         timeout=60)
+    err = out.stderr.strip()
+    assert out.returncode == 2, out
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and len(err) < 400, err
+    assert words in err, err
+
+
+def test_a_policy_that_exits_while_running_is_a_fault_not_the_end(tmp_path):
+    spec = write_policy(tmp_path, "pol", broken_source("def on_ack(self, ev, rtt, now):\n    raise SystemExit(3)"))
+    guarded = policy_plugin.make_guarded(spec + ":Broken", 16, random.Random(1))
+    guarded.on_ack(guarded.next_ev(0.0), 0.001, 0.001)
+    assert guarded.fault_method == "on_ack" and "raised SystemExit: 3" in guarded.fault
+    assert 0 <= guarded.next_ev(0.002) < 16
 
 
 def test_allreduce_worker_takes_a_path_policy(tmp_path):

@@ -4,7 +4,9 @@ holds oblivious spraying back and only a delay-aware policy steers around it).""
 
 from __future__ import annotations
 
-from transport.policy_trial import SCENARIOS, builtin_trial, run_trial
+import pytest
+
+from transport.sim.policy_trial import GRADING, SCENARIOS, builtin_trial, conformance, run_trial
 
 CUT, SLOW = SCENARIOS
 
@@ -28,8 +30,88 @@ def test_the_builtins_meet_the_physics():
 
 
 def test_a_faulty_plugin_can_end_the_trial_early(tmp_path):
-    (tmp_path / "p.py").write_text("from transport.paths import Spray\n\nclass Todo(Spray):\n"
+    (tmp_path / "p.py").write_text("from transport.core.paths import Spray\n\nclass Todo(Spray):\n"
                                    "    def next_ev(self, now, avoid=None):\n        raise NotImplementedError\n")
     spec = f"{tmp_path / 'p.py'}:Todo"
     stopped = run_trial(spec, CUT, stop_on_fault=True)
     assert stopped.fault and "NotImplementedError" in stopped.fault and stopped.messages == 0
+
+
+# -- grading honestly: unfinished messages, lasting recovery, many trials, conformance ---------------
+
+STALLS = """
+from transport.core.paths import Spray
+
+class Stalls(Spray):
+    # Spray until 1.35 s, then every packet, retransmissions too, on EV 0.
+    def next_ev(self, now, avoid=None):
+        return 0 if now >= 1.35 else super().next_ev(now, avoid)
+"""
+
+
+def test_unfinished_messages_count_in_the_tail_and_a_recovery_must_last(tmp_path):
+    (tmp_path / "p.py").write_text(STALLS)
+    spec = f"{tmp_path / 'p.py'}:Stalls"
+    # EV 0 is on path 0, the one the trial cuts at 1 s (the busiest; ties go to the lowest index).
+    r = run_trial(spec, CUT)
+    assert r.failed_path == 0 and r.unfinished == CUT.outstanding
+    # Nothing finished after the stall: the tail is the age of the stuck messages, not a few RTTs.
+    assert r.p99_s > CUT.duration_s - 1.4
+    spray = builtin_trial("spray", CUT)
+    assert r.p99_s > 10 * spray.p99_s
+    # It was back to 60 % of before for a while after the cut (as spray), but it did not stay.
+    assert spray.recovery_s is not None and r.recovery_s is None
+
+
+def test_the_grading_set_varies_fault_time_paths_and_seed_and_has_controls():
+    kinds = {c.scenario.fault for c in GRADING}
+    assert kinds == {"cut", "slow", "none"}
+    for kind in ("cut", "slow"):
+        cases = [c for c in GRADING if c.scenario.fault == kind]
+        assert len({c.scenario.fault_at_s for c in cases}) >= 3
+        assert {c.scenario.paths for c in cases} == {4, 8} and len({c.seed for c in cases}) >= 3
+    control = next(c for c in GRADING if c.scenario.fault == "none")
+    r = run_trial("spray", control.scenario, control.seed)
+    assert r.failed_path == -1 and r.kept == pytest.approx(1.0, abs=0.1) and r.recovery_s is not None
+    # A total rate kept the same on eight paths: the trials cost about the same.
+    assert {c.scenario.paths * c.scenario.rate_bps for c in GRADING} == {32e6}
+
+
+def test_the_busiest_path_differs_between_grading_trials():
+    failed = {builtin_trial("spray", c.scenario, c.seed).failed_path for c in GRADING if c.scenario.fault == "cut"}
+    assert len(failed) > 1
+
+
+CONFORMING = """
+class P:
+    def __init__(self, num_evs, rng):
+        self.n, self.i, self.acked = num_evs, 0, set()
+    def next_ev(self, now, avoid=None):
+        self.i = (self.i + 1) % self.n
+        return (self.i + 1) % self.n if self.i == avoid else self.i
+    def on_ack(self, ev, rtt, now):
+        self.acked.add(ev)
+    def on_loss(self, ev, now):
+        pass
+    def on_timeout(self, ev, now):
+        pass
+    def state(self):
+        return {"acked": sorted(self.acked)}
+"""
+
+
+@pytest.mark.parametrize(("change", "failing", "words"), [
+    (None, set(), ""),
+    ("    def on_timeout(self, ev, now):\n        self.acked.remove(ev)\n", {"on_timeout"}, "raised KeyError"),
+    ("    def next_ev(self, now, avoid=None):\n        return 3\n", {"avoid"}, "returned 3 when asked to avoid it"),
+    ("    def state(self):\n        return {'acked': self.acked}\n", {"state"}, "not JSON"),
+    ("    def on_loss(self, ev, now):\n        self.n = 0\n", {"on_loss"}, "next_ev() afterwards raised"),
+], ids=["conforming", "timeout-never-acked", "ignores-avoid", "state-not-json", "breaks-after-loss"])
+def test_conformance_calls_every_method_directly(tmp_path, change, failing, words):
+    source = CONFORMING + (f"\nclass Q(P):\n{change}" if change else "\nclass Q(P):\n    pass\n")
+    (tmp_path / "p.py").write_text(source)
+    results = conformance(f"{tmp_path / 'p.py'}:Q")
+    assert [r.name for r in results] == ["next_ev", "avoid", "on_ack", "on_loss", "on_timeout", "state"]
+    bad = {r.name: r.problem for r in results if r.problem}
+    assert set(bad) == failing, bad
+    assert all(words in p for p in bad.values())

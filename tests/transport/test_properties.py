@@ -9,8 +9,8 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transport.config import TransportConfig
-from transport.simnet import PathSpec, run_transfer
+from transport.core.config import TransportConfig
+from transport.sim.simnet import PathSpec, run_transfer
 
 prob = st.floats(0.0, 0.3)
 

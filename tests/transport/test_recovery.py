@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transport.config import TransportConfig
-from transport.metrics import Stats
-from transport.recovery import LossRecovery, RttEstimator, SentPacket, rto
+from transport.core.config import TransportConfig
+from transport.core.metrics import Stats
+from transport.core.recovery import LossRecovery, SentPacket
+from transport.core.rtt import RttEstimator, rto
 
 
 class Recorder:
@@ -252,8 +253,21 @@ def test_packets_not_overtaken_are_never_declared_lost_by_rack() -> None:
 def test_peer_ack_delay_extends_the_allowance() -> None:
     h = Harness(rto_min=1.0)
     _sample(h, 0.002)
-    _, sent_at, _ = h.overtake(delay_us=3000)
+    # A hold of 3 ms within the 4 ms round trip it is part of (a longer one would be implausible).
+    _, sent_at, _ = h.overtake(gap=0.004, delay_us=3000)
     assert h.r.loss_time() == pytest.approx(sent_at + _allowance(h, h.r._ev_rtt[0]) + 0.003)
+
+
+def test_implausible_ack_delays_are_clamped() -> None:
+    """A hold longer than the round trip is ignored; one beyond max_ack_delay counts as that."""
+    h = Harness(rto_min=1.0)
+    _sample(h, 0.002)
+    _, sent_at, _ = h.overtake(gap=0.001, delay_us=3000)
+    assert h.r.loss_time() == pytest.approx(sent_at + _allowance(h, h.r._ev_rtt[0]))
+    h = Harness(rto_min=1.0)
+    _sample(h, 0.002)
+    _, sent_at, _ = h.overtake(gap=0.5, delay_us=0xFFFFFFFF)
+    assert h.r._ack_allow == h.config.max_ack_delay
 
 
 @settings(max_examples=60, deadline=None)

@@ -8,7 +8,7 @@ from collections import deque
 import numpy as np
 import pytest
 
-from transport.ring import (
+from transport.collective.ring import (
     HEADER,
     HEADER_VERSION,
     KIND_BARRIER,

@@ -10,8 +10,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.packet import Raw
 from scapy.utils import rdpcap, wrpcap
 
-from transport import wire
-from transport.endpoint import DEFAULT_PORT
+from transport.core import wire
+from transport.io.endpoint import DEFAULT_PORT
 from transport.scapy_layer import SRDAck, SRDData, dissect, udp_datagrams
 
 DATA = wire.DataPacket(conn_id=0xDEADBEEF, psn=41, msg_id=7, frag_index=2, frag_count=5, msg_len=6000,

@@ -1,4 +1,4 @@
-"""The endpoint metrics schema (transport.schema): real endpoints and simulated connections write what
+"""The endpoint metrics schema (transport.core.schema): real endpoints and simulated connections write what
 it says, and `rto_s` is the transport's own retransmission timeout."""
 
 from __future__ import annotations
@@ -9,11 +9,9 @@ from typing import Any
 
 import pytest
 
-from transport.allreduce import UdpRingWorker, WorkerOptions
-from transport.config import TransportConfig
-from transport.endpoint import Receiver, Sender, Workload
-from transport.recovery import RttEstimator, rto
-from transport.schema import (
+from transport.core.config import TransportConfig
+from transport.core.rtt import RttEstimator, rto
+from transport.core.schema import (
     AllreduceMetrics,
     ConnectionMetrics,
     ReceiverMetrics,
@@ -21,7 +19,9 @@ from transport.schema import (
     base_rto_s,
     problems,
 )
-from transport.simnet import PathSpec, run_transfer
+from transport.io.allreduce import UdpRingWorker, WorkerOptions
+from transport.io.endpoint import Receiver, Sender, Workload
+from transport.sim.simnet import PathSpec, run_transfer
 
 
 def _json(record: Any) -> Any:

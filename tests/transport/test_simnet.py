@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from transport.config import TransportConfig
-from transport.simnet import WIRE_OVERHEAD, PathSpec, SimNetwork, run_transfer
+from transport.core.config import TransportConfig
+from transport.sim.simnet import WIRE_OVERHEAD, PathSpec, SimNetwork, run_transfer
 
 
 def test_serialisation_and_propagation_delay() -> None:

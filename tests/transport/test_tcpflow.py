@@ -1,4 +1,4 @@
-"""`python -m transport tcpflow`: sized TCP flows over loopback, timed until the receiver holds every byte."""
+"""`python -m cli.endpoint tcpflow`: sized TCP flows over loopback, timed until the receiver holds every byte."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from transport import command_line
-from transport.tcpflow import BIN_S, add_to_bins, tcp_info
+from experiments.endpoints import command_line
+from transport.io.tcpflow import BIN_S, add_to_bins, tcp_info
 
 CMD = command_line("tcpflow")
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transport import wire
-from transport.wire import (
+from transport.core import wire
+from transport.core.wire import (
     ACK_FIELDS,
     ACK_LEN,
     DATA_FIELDS,

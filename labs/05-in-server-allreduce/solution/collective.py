@@ -1,5 +1,5 @@
 """SOLUTION to lab 5 (the answer key): the ring schedule, bus bandwidth, the slowest-edge bound and a
-server-local rank order. transport/ring.py and transport/allreduce.py hold the same formulas.
+server-local rank order. transport/collective/ring.py and transport/io/allreduce.py hold the same formulas.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Copy this folder (`cp -r labs/05-in-server-allreduce/starter my-lab5`), fill in the TODOs, and grade
 your copy with `fabriclab lab check 5 my-lab5`. The checker runs your schedule on real arrays and
-compares it with fabriclab's ring (transport/ring.py), checks your formulas against the transport's
+compares it with fabriclab's ring (transport/collective/ring.py), checks your formulas against the transport's
 bandwidth bound, and runs rings in fabriclab's simulated network in your rank order.
 """
 

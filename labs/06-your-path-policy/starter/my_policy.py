@@ -5,7 +5,7 @@ it sends, asks next_ev() which entropy value (EV, 0..num_evs-1) to put it on; th
 source port, so it picks the packet's path. It tells the policy what happened on each EV: on_ack()
 with the round-trip time, on_loss() when a packet on it was declared lost, on_timeout() when the
 retransmission timer fired for it. `now` is the time in seconds (simulated or real). Look at the
-built-in policies in transport/paths.py (SinglePath, Spray, Adaptive) for examples.
+built-in policies in transport/core/paths.py (SinglePath, Spray, Adaptive) for examples.
 
 Grade it:            fabriclab lab check 6 DIR   (DIR: the folder holding this file)
 Run it on a fabric:  fabriclab run hot-link --path-policy DIR/my_policy.py:MyPolicy --duration 8

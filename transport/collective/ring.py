@@ -1,0 +1,449 @@
+"""Ring all-reduce as a pure, sans-I/O state machine, plus the reference sum it must reproduce bit for bit.
+
+Rank r of N sends only to rank r+1 and receives only from rank r-1. The array is cut into N chunks
+(``np.array_split`` boundaries) and each chunk into pieces of at most ``piece_elems`` elements; a piece
+is one transport message. With global step g = 0 .. 2N-3:
+
+* reduce-scatter (g < N-1): send chunk (r - g) mod N, receive chunk (r - g - 1) mod N and add it to
+  the local copy;
+* all-gather (g = N-1+s): send chunk (r + 1 - s) mod N, receive chunk (r - s) mod N and store it.
+
+The chunk sent at step g is always the one received at step g-1 (at g = 0 it is the local chunk r), so
+each received piece is forwarded as soon as it is processed: pieces pipeline around the ring instead of
+waiting for whole chunks. Chunk c is therefore summed in the rank order c, c+1, ..., c+N-1 (mod N),
+left to right in float32, which is what ``ring_reference`` computes.
+
+``RingWorker`` moves the pieces of one rank; ``RingRank`` runs the rank's whole all-reduce around it
+as a small state table (h11 style): a barrier, the iterations, each checked against the reference, and
+a drain. The real worker (transport/io/allreduce.py) and the simulated ring both drive ``RingRank``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import struct
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection
+
+logger = logging.getLogger(__name__)
+
+DTYPE = np.dtype("<f4")  # float32, little-endian on the wire whatever the host
+KIND_DATA = 1
+KIND_BARRIER = 2
+# kind, version, step, iteration, chunk, element offset within the chunk
+HEADER = struct.Struct("!BBHIII")
+HEADER_VERSION = 1
+DEFAULT_PIECE_BYTES = 64 * 1024
+
+
+class RingProtocolError(ValueError):
+    """A message that cannot belong to this ring (wrong kind, step, chunk or bounds)."""
+
+
+def make_input(seed: int, rank: int, size: int) -> np.ndarray:
+    """Rank ``rank``'s input: deterministic from (seed, rank), so any process can recompute it.
+
+    Magnitudes span several decades so that the order of float32 additions visibly matters.
+    """
+    rng = np.random.default_rng([seed, rank])
+    mantissa = rng.standard_normal(size, dtype=np.float32)
+    scale = np.float32(10.0) ** rng.integers(-3, 4, size).astype(np.float32)
+    return (mantissa * scale).astype(DTYPE)
+
+
+def chunk_bounds(size: int, n: int) -> list[tuple[int, int]]:
+    """[start, end) of each of the n chunks, as ``np.array_split`` cuts them."""
+    base, extra = divmod(size, n)
+    bounds = []
+    start = 0
+    for c in range(n):
+        end = start + base + (1 if c < extra else 0)
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def piece_offsets(length: int, piece_elems: int) -> list[int]:
+    """Element offsets of the pieces of a chunk; an empty chunk is still one (empty) piece."""
+    return list(range(0, length, piece_elems)) or [0]
+
+
+def ring_reference(inputs: Sequence[np.ndarray]) -> np.ndarray:
+    """The all-reduced array exactly as the ring computes it: chunk c = x_c + x_{c+1} + ... (mod N)."""
+    n = len(inputs)
+    size = len(inputs[0])
+    out = np.empty(size, dtype=DTYPE)
+    for c, (lo, hi) in enumerate(chunk_bounds(size, n)):
+        acc = np.asarray(inputs[c][lo:hi], dtype=DTYPE).copy()
+        for k in range(1, n):
+            acc = acc + np.asarray(inputs[(c + k) % n][lo:hi], dtype=DTYPE)
+        out[lo:hi] = acc
+    return out
+
+
+def reference_from_seed(n: int, size: int, seed: int, make: Callable[[int, int, int], np.ndarray] = make_input
+                        ) -> np.ndarray:
+    """``ring_reference`` of the seeded inputs, holding only one input at a time in memory.
+
+    Pass 1 walks ranks 0..N-1 and extends every chunk c <= k (whose order starts at rank c); pass 2
+    walks ranks 0..N-2 again and finishes the chunks c > k (whose order wraps round to rank 0).
+    """
+    bounds = chunk_bounds(size, n)
+    out = np.zeros(size, dtype=DTYPE)
+    for k in range(n):
+        x = make(seed, k, size)
+        for c in range(k + 1):
+            lo, hi = bounds[c]
+            out[lo:hi] = x[lo:hi] if c == k else out[lo:hi] + x[lo:hi]
+    for k in range(n - 1):
+        x = make(seed, k, size)
+        for c in range(k + 1, n):
+            lo, hi = bounds[c]
+            out[lo:hi] = out[lo:hi] + x[lo:hi]
+    return out
+
+
+def first_mismatch(result: np.ndarray, expected: np.ndarray) -> dict | None:
+    """None when bit-for-bit equal, else the first differing index and both values."""
+    if result.shape == expected.shape and np.array_equal(result, expected):
+        return None
+    if result.shape != expected.shape:
+        return {"index": None, "got_shape": list(result.shape), "expected_shape": list(expected.shape)}
+    idx = int(np.flatnonzero(result != expected)[0])
+    return {
+        "index": idx,
+        "got": float(result[idx]),
+        "expected": float(expected[idx]),
+        "differing": int(np.count_nonzero(result != expected)),
+    }
+
+
+def encode_barrier(round_no: int) -> bytes:
+    return HEADER.pack(KIND_BARRIER, HEADER_VERSION, 0, round_no, 0, 0)
+
+
+def decode_header(msg: bytes) -> tuple[int, int, int, int, int]:
+    """(kind, step, iteration, chunk, offset) of a ring message."""
+    if len(msg) < HEADER.size:
+        raise RingProtocolError(f"message of {len(msg)} bytes is shorter than the {HEADER.size}-byte header")
+    kind, version, step, iteration, chunk, offset = HEADER.unpack_from(msg)
+    if version != HEADER_VERSION:
+        raise RingProtocolError(f"header version {version}, expected {HEADER_VERSION}")
+    return kind, step, iteration, chunk, offset
+
+
+def edge_connection_id(n_ranks: int, seed: int, sender_rank: int) -> int:
+    """The connection id of the ring edge sender_rank -> sender_rank+1, agreed without talking."""
+    return zlib.crc32(f"fabriclab-allreduce:{n_ranks}:{seed}:{sender_rank}".encode()) or 1
+
+
+def rank_connections(config: TransportConfig, n_ranks: int, rank: int, seed: int) -> tuple[Connection, Connection]:
+    """Rank ``rank``'s two transport connections: to its right neighbour and from its left one."""
+    send = Connection(config, edge_connection_id(n_ranks, seed, rank), seed=seed * 1000 + 2 * rank)
+    recv = Connection(config, edge_connection_id(n_ranks, seed, (rank - 1) % n_ranks), seed=seed * 1000 + 2 * rank + 1)
+    return send, recv
+
+
+@dataclass(eq=False)
+class RingWorker:
+    """One rank's side of the ring, over any number of iterations of the same input.
+
+    ``start_iteration()`` and ``receive()`` return the messages to send to the right neighbour, in
+    order. Messages of a later iteration that arrive early are buffered until it starts.
+    """
+
+    rank: int
+    n_ranks: int
+    data: np.ndarray
+    iterations: int = 1
+    piece_elems: int = DEFAULT_PIECE_BYTES // DTYPE.itemsize
+    iteration: int = -1  # the iteration in progress (or last finished); -1 before the first
+    buf: np.ndarray = field(init=False)
+    duplicates: int = 0
+    stale: int = 0
+    _pending: dict[int, list[bytes]] = field(default_factory=dict, init=False)
+    _seen: set[tuple[int, int]] = field(default_factory=set, init=False)
+    _received: int = 0
+    _expected: int = 0
+    _active: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.n_ranks:
+            raise ValueError(f"rank {self.rank} is outside 0..{self.n_ranks - 1}")
+        if self.piece_elems < 1:
+            raise ValueError("piece_elems must be >= 1")
+        self.data = np.ascontiguousarray(self.data, dtype=DTYPE)
+        self.buf = self.data.copy()
+        self.bounds = chunk_bounds(len(self.data), self.n_ranks)
+        self._pieces = [piece_offsets(hi - lo, self.piece_elems) for lo, hi in self.bounds]
+        n = self.n_ranks
+        self._steps = 2 * (n - 1)
+        self._recv_chunk = [self.recv_chunk(g) for g in range(self._steps)]
+        self._expected = sum(len(self._pieces[c]) for c in self._recv_chunk)
+
+    # -- schedule -------------------------------------------------------------------------------------
+
+    def send_chunk(self, g: int) -> int:
+        n, r = self.n_ranks, self.rank
+        return (r - g) % n if g < n - 1 else (r + 1 - (g - (n - 1))) % n
+
+    def recv_chunk(self, g: int) -> int:
+        n, r = self.n_ranks, self.rank
+        return (r - g - 1) % n if g < n - 1 else (r - (g - (n - 1))) % n
+
+    # -- state ------------------------------------------------------------------------------------------
+
+    @property
+    def iteration_done(self) -> bool:
+        """The current iteration has received (and forwarded) everything it needs."""
+        return self.iteration >= 0 and not self._active
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        """(pieces received, pieces expected) in the current iteration."""
+        return self._received, self._expected
+
+    def start_iteration(self) -> list[bytes]:
+        if self._active:
+            raise RuntimeError(f"iteration {self.iteration} is still in progress")
+        if self.iteration + 1 >= self.iterations:
+            raise RuntimeError("all iterations are done")
+        self.iteration += 1
+        self.buf[:] = self.data
+        self._seen.clear()
+        self._received = 0
+        self._active = self._expected > 0
+        out: list[bytes] = []
+        if not self._active:
+            return out
+        c = self.send_chunk(0)
+        for off in self._pieces[c]:
+            out.append(self._piece(0, c, off))
+        for msg in self._pending.pop(self.iteration, []):
+            out.extend(self.receive(msg))
+        return out
+
+    def _piece(self, g: int, c: int, off: int) -> bytes:
+        lo = self.bounds[c][0] + off
+        hi = min(lo + self.piece_elems, self.bounds[c][1])
+        return HEADER.pack(KIND_DATA, HEADER_VERSION, g, self.iteration, c, off) + self.buf[lo:hi].tobytes()
+
+    def receive(self, msg: bytes) -> list[bytes]:
+        """Process one data message from the left neighbour; returns what to forward to the right."""
+        kind, g, it, c, off = decode_header(msg)
+        if kind != KIND_DATA:
+            raise RingProtocolError(f"message kind {kind} is not data")
+        if it >= self.iterations:
+            raise RingProtocolError(f"iteration {it} is beyond the {self.iterations} of this run")
+        if it > self.iteration:
+            self._pending.setdefault(it, []).append(msg)
+            return []
+        if it < self.iteration or not self._active:
+            self.stale += 1  # a late duplicate of a finished iteration
+            return []
+        if not 0 <= g < self._steps or c != self._recv_chunk[g]:
+            raise RingProtocolError(f"rank {self.rank} got chunk {c} at step {g}, expected "
+                                    f"{self._recv_chunk[g] if 0 <= g < self._steps else 'no step'}")
+        lo_c, hi_c = self.bounds[c]
+        values = np.frombuffer(msg, dtype=DTYPE, offset=HEADER.size)
+        lo = lo_c + off
+        hi = lo + len(values)
+        if off % self.piece_elems or (off and lo >= hi_c) or hi != min(lo + self.piece_elems, hi_c):
+            raise RingProtocolError(f"piece at offset {off} with {len(values)} elements does not fit chunk {c}")
+        key = (g, off)
+        if key in self._seen:
+            self.duplicates += 1
+            return []
+        self._seen.add(key)
+        if g < self.n_ranks - 1:
+            view = self.buf[lo:hi]
+            np.add(view, values, out=view)  # float addition is commutative, so x + y == y + x exactly
+        else:
+            self.buf[lo:hi] = values
+        self._received += 1
+        if self._received == self._expected:
+            self._active = False
+        if g + 1 < self._steps:
+            return [self._piece(g + 1, c, off)]
+        return []
+
+
+# --------------------------------------------------------------------------------------------------
+# One rank's whole run: barrier, iterations, drain
+
+
+class Phase(enum.StrEnum):
+    """Where a rank is in its run (the value is what results files report)."""
+
+    SETUP = "setup"  # not started
+    BARRIER = "barrier"  # waiting for every rank to listen
+    READY = "ready"  # the barrier is complete; waiting for the start time
+    ALLREDUCE = "allreduce"  # iterations running
+    DRAIN = "drain"  # every iteration done; the right neighbour still has to acknowledge our data
+    DONE = "done"
+
+
+class RankEvent(enum.Enum):
+    """What moves a rank from one phase to the next."""
+
+    START = "start"  # the driver starts the rank
+    BARRIER_PASS = "barrier round 1"  # a rank > 0 passes the first barrier round on
+    BARRIER_COMPLETE = "barrier complete"  # the last round reached this rank: everyone listens
+    BARRIER_ECHO = "barrier echo"  # rank 0 sees the last round come back round the ring
+    DATA = "data"  # a piece of the array from the left neighbour
+    GO = "start time"  # the start time has come: iteration 1 starts
+    LAST_ITERATION = "last iteration done"
+    DRAINED = "drained"  # the driver saw the right neighbour acknowledge everything
+
+
+# The rank's allowed transitions, h11 style: phase -> {event: next phase}. Anything else is an error.
+# Data may arrive before this rank starts its first iteration (the left neighbour started earlier);
+# the RingWorker keeps it until then. Rank 0's last barrier round comes back whenever the ring is
+# done with it, even after the iterations.
+TRANSITIONS: dict[Phase, dict[RankEvent, Phase]] = {
+    Phase.SETUP: {RankEvent.START: Phase.BARRIER},
+    Phase.BARRIER: {
+        RankEvent.BARRIER_PASS: Phase.BARRIER,
+        RankEvent.BARRIER_COMPLETE: Phase.READY,
+        RankEvent.DATA: Phase.BARRIER,
+    },
+    Phase.READY: {RankEvent.GO: Phase.ALLREDUCE, RankEvent.BARRIER_ECHO: Phase.READY, RankEvent.DATA: Phase.READY},
+    Phase.ALLREDUCE: {
+        RankEvent.LAST_ITERATION: Phase.DRAIN,
+        RankEvent.BARRIER_ECHO: Phase.ALLREDUCE,
+        RankEvent.DATA: Phase.ALLREDUCE,
+    },
+    Phase.DRAIN: {RankEvent.DRAINED: Phase.DONE, RankEvent.BARRIER_ECHO: Phase.DRAIN, RankEvent.DATA: Phase.DRAIN},
+    Phase.DONE: {RankEvent.BARRIER_ECHO: Phase.DONE, RankEvent.DATA: Phase.DONE},
+}
+
+
+class RingStateError(RingProtocolError):
+    """An event the rank's phase does not allow."""
+
+
+@dataclass(eq=False)
+class RingRank:
+    """One rank's whole all-reduce, sans-I/O: the barrier, the iterations of its `RingWorker`, the drain.
+
+    The barrier: rank 0 sends round 1 round the ring; when it returns every rank is listening, and
+    round 2 tells each rank (as it passes it on) to start. Rank 0 starts as it sends round 2. A rank
+    then starts iteration 1 at ``start_at`` (in the driver's clock) if given, else at once. Each
+    iteration's result is compared with the reference; after the last one the rank drains until the
+    driver reports (``drained``) that the right neighbour has acknowledged everything.
+
+    ``start``, ``receive`` and ``advance`` return the messages to send to the right neighbour, in
+    order; ``advance(now)`` starts what is due by ``now`` (iteration 1 at the start time, the next
+    iteration after one completes), so a driver whose clock moves on while it compares an iteration
+    with the reference can start the next one at the time the comparison ended.
+    """
+
+    worker: RingWorker
+    # Only the table moves the phase; the rest is filled in as the run goes.
+    phase: Phase = field(default=Phase.SETUP, init=False)
+    reference: np.ndarray | None = field(default=None, init=False)
+    started: float | None = field(default=None, init=False)  # when start() was called
+    start_time: float | None = field(default=None, init=False)  # iteration 1 (known after the barrier)
+    barrier_s: float | None = field(default=None, init=False)
+    done_at: float | None = field(default=None, init=False)  # when the last iteration completed
+    iteration_times: list[float] = field(default_factory=list, init=False)
+    mismatch: dict | None = field(default=None, init=False)  # the first difference: {"iteration", ...}
+    correct: bool | None = field(default=None, init=False)  # known after the last iteration
+    _start_at: float | None = field(default=None, init=False)
+    _iteration_start: float = field(default=0.0, init=False)
+    _next_due: bool = field(default=False, init=False)  # an iteration is done and the next not started
+
+    def _fire(self, event: RankEvent) -> None:
+        try:
+            self.phase = TRANSITIONS[self.phase][event]
+        except KeyError:
+            raise RingStateError(
+                f"rank {self.worker.rank}: {event.value} is not allowed in phase {self.phase.value}"
+            ) from None
+
+    def start(self, now: float, reference: np.ndarray, start_at: float | None = None) -> list[bytes]:
+        """Start the barrier; ``reference`` is the array every iteration must reproduce."""
+        self._fire(RankEvent.START)
+        self.reference = reference
+        self.started = now
+        self._start_at = start_at
+        if self.worker.n_ranks == 1:
+            self._barrier_complete(now)  # nobody to wait for
+            return []
+        return [encode_barrier(1)] if self.worker.rank == 0 else []
+
+    def receive(self, msg: bytes, now: float) -> list[bytes]:
+        """Handle one message from the left neighbour; RingProtocolError if it cannot be ours now."""
+        kind, _, round_no, _, _ = decode_header(msg)
+        if kind == KIND_BARRIER:
+            return self._on_barrier(round_no, now)
+        if kind != KIND_DATA:
+            raise RingProtocolError(f"unknown message kind {kind}")
+        self._fire(RankEvent.DATA)
+        out = self.worker.receive(msg)
+        self._check_iteration(now)
+        return out
+
+    def _on_barrier(self, round_no: int, now: float) -> list[bytes]:
+        if round_no not in (1, 2):
+            raise RingProtocolError(f"barrier round {round_no}: there are two")
+        if self.worker.rank == 0:
+            if round_no == 2:
+                self._fire(RankEvent.BARRIER_ECHO)
+                return []
+            self._barrier_complete(now)
+            return [encode_barrier(2)]
+        if round_no == 1:
+            self._fire(RankEvent.BARRIER_PASS)
+        else:
+            self._barrier_complete(now)
+        return [encode_barrier(round_no)]
+
+    def _barrier_complete(self, now: float) -> None:
+        self._fire(RankEvent.BARRIER_COMPLETE)
+        self.barrier_s = now - (self.started or 0.0)
+        self.start_time = now if self._start_at is None else max(now, self._start_at)
+
+    def wake_time(self) -> float | None:
+        """When ``advance`` next has something to do by the clock alone (the start time), if ever."""
+        return self.start_time if self.phase is Phase.READY else None
+
+    def advance(self, now: float) -> list[bytes]:
+        """Start iteration 1 once the start time has come, and the next iteration once one is done."""
+        out: list[bytes] = []
+        if self.phase is Phase.READY and self.start_time is not None and now >= self.start_time:
+            self._fire(RankEvent.GO)
+            self._next_due = True
+        while self._next_due and self.phase is Phase.ALLREDUCE:
+            self._next_due = False
+            self._iteration_start = now
+            out.extend(self.worker.start_iteration())
+            self._check_iteration(now)  # an iteration with nothing to receive is done at once
+        return out
+
+    def _check_iteration(self, now: float) -> None:
+        w = self.worker
+        if self.phase is not Phase.ALLREDUCE or self._next_due or not w.iteration_done:
+            return
+        self.iteration_times.append(now - self._iteration_start)
+        bad = first_mismatch(w.buf, self.reference)  # type: ignore[arg-type]
+        if bad is not None and self.mismatch is None:
+            self.mismatch = {"iteration": w.iteration, **bad}
+            logger.warning("rank %d iteration %d differs from the reference: %s", w.rank, w.iteration, bad)
+        if w.iteration + 1 >= w.iterations:
+            self.correct = self.mismatch is None
+            self.done_at = now
+            self._fire(RankEvent.LAST_ITERATION)
+        else:
+            self._next_due = True
+
+    def drained(self) -> None:
+        """The right neighbour has acknowledged everything this rank sent: the rank is done."""
+        self._fire(RankEvent.DRAINED)

@@ -1,0 +1,362 @@
+"""Sans-I/O connection of the fabriclab transport, in the shape of aioquic's QuicConnection.
+
+The state machine never reads a clock, never touches a socket and draws randomness only from the
+``random.Random(seed)`` it owns. It is driven by ``send_message()``, ``receive_datagram(data, now)``
+and ``handle_timer(now)`` and drained by ``datagrams_to_send(now)``, ``get_timer()`` and
+``next_event()``. Both ends use this class; each direction is independent (one side's sender
+talks to the other side's receiver). The sender's loss recovery lives in ``transport.core.recovery``
+(``LossRecovery``), the receive side in ``transport.core.reassembly`` (``Reassembler``), the wire
+format in ``transport.core.wire``; this class drives them and sends.
+
+Internally PSNs and message ids are unbounded integers ("seq"), counted from the initial PSN and
+from 0; only the wire carries them modulo 2^32, and incoming values are mapped back with
+serial-number arithmetic relative to a nearby reference, so wraparound needs no special cases.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+
+from transport.core.config import TransportConfig
+from transport.core.congestion import Pacer, make_cc
+from transport.core.events import Event, MessageAcked, MessageReceived
+from transport.core.metrics import Stats
+from transport.core.paths import PathPolicy
+from transport.core.policy_plugin import make_policy
+from transport.core.reassembly import Reassembler
+from transport.core.recovery import LossRecovery, SentPacket
+from transport.core.rtt import RttEstimator
+from transport.core.wire import (
+    FLAG_NAK,
+    FLAG_RETRANSMIT,
+    MSG_ID_MASK,
+    PSN_MASK,
+    TYPE_ACK,
+    TYPE_DATA,
+    TYPE_OFFSET,
+    WireError,
+    pack_data,
+    parse_ack,
+    parse_data,
+    psn_diff,
+    to_timestamp,
+    why_malformed,
+)
+
+__all__ = ["Connection", "Event", "MessageAcked", "MessageReceived"]
+
+logger = logging.getLogger(__name__)
+
+
+class _OutMessage:
+    """A message being sent: fragmented lazily, and counted down as its fragments are acknowledged."""
+
+    __slots__ = ("data", "frag_count", "msg_id", "next_frag", "remaining", "size", "submitted", "wire_id")
+
+    def __init__(self, msg_id: int, data: bytes, frag_count: int, submitted: float) -> None:
+        self.msg_id = msg_id
+        self.wire_id = msg_id & MSG_ID_MASK
+        self.data = data
+        self.size = len(data)
+        self.frag_count = frag_count
+        self.next_frag = 0
+        self.remaining = frag_count  # fragments not yet acknowledged
+        self.submitted = submitted
+
+
+class Connection:
+    def __init__(self, config: TransportConfig, connection_id: int, *, seed: int = 0, initial_psn: int = 0) -> None:
+        config.validate()
+        if not 0 <= connection_id <= 0xFFFFFFFF:
+            raise ValueError(f"connection_id {connection_id} does not fit 32 bits")
+        self.config = config
+        self.connection_id = connection_id
+        self.initial_psn = initial_psn & PSN_MASK
+        self._rng = random.Random(seed)
+        self._policy = make_policy(config.path_policy, config.num_evs, self._rng)
+        # One RTT estimate, kept up to date by loss recovery and read by congestion control.
+        self._rtt = RttEstimator()
+        self._cc = make_cc(config.cc, config, rtt=self._rtt)
+        # With coalesced ACKs one ACK opens the window by up to ack_batch packets at once; a pacer
+        # that banked only 4 intervals of idle time would split that into several wake-ups.
+        self._pacer = Pacer(burst=max(4, config.ack_batch) if config.ack_delay > 0 else 4)
+        self._events: deque[Event] = deque()
+        self._now = 0.0
+        self.stats = Stats()
+        self._recovery = LossRecovery(config, self._rtt, self._cc, self._policy, self.stats)
+        self._payload = config.max_payload
+        self._num_evs = config.num_evs
+        self._rx = Reassembler(config, connection_id, self.initial_psn, self.stats, self._events)
+        self._window_psns = self._rx.window_psns
+
+        # --- sender ---
+        self._next_msg = 0
+        self._send_queue: deque[_OutMessage] = deque()
+        self._pacing_blocked = False
+        self._pacing_quantum = config.pacing_quantum
+        # Beyond this many PSNs past the oldest unacknowledged one the sender stops taking new
+        # PSNs: bounds its own memory of unacknowledged packets.
+        self._send_span = 4 * config.max_window + self._window_psns
+        # Until the peer advertises its window, assume it is configured like us.
+        self._peer_limit = min(config.max_window, self._window_psns)
+
+    # ------------------------------------------------------------------ API
+
+    @property
+    def path_policy(self) -> PathPolicy:
+        """The policy choosing this connection's EVs (a plug-in's guard has a `fault`)."""
+        return self._policy
+
+    @property
+    def max_message_size(self) -> int:
+        """Largest message the peer (with the same configuration) can reassemble."""
+        return self._rx.max_message
+
+    def send_message(self, data: bytes, now: float | None = None) -> int:
+        """Queue a message; returns its id. ``now`` defaults to the latest time the connection saw."""
+        data = bytes(data)
+        if len(data) > self._rx.max_message:
+            raise ValueError(
+                f"message of {len(data)} bytes exceeds the reassembly limit of {self._rx.max_message} bytes"
+            )
+        if now is not None:
+            self._now = now
+        msg_id = self._next_msg
+        self._next_msg += 1
+        count = max(1, -(-len(data) // self._payload))
+        self._send_queue.append(_OutMessage(msg_id, data, count, self._now))
+        self.stats.messages_sent += 1
+        return msg_id & MSG_ID_MASK
+
+    def receive_datagram(self, data: bytes, now: float) -> bool:
+        """Process one datagram from the peer. Never raises: bad input is counted as dropped.
+
+        Returns True when the datagram parsed, passed its CRC and names this connection (whatever
+        the protocol then made of it): only such a datagram may teach a driver where the peer is.
+        """
+        self._now = now
+        try:
+            ptype = data[TYPE_OFFSET] if len(data) > TYPE_OFFSET else 0
+            if ptype == TYPE_DATA:
+                cid, psn, msg_id, idx, count, msg_len, ts, ev, payload, _flags = parse_data(data)
+            elif ptype == TYPE_ACK:
+                cid, cum_psn, sack_base, bitmap, ack_psn, echo_ts, _ev, rwnd, ack_delay, flags = parse_ack(data)
+            else:
+                raise WireError(why_malformed(data))
+        except WireError as exc:
+            self.stats.drop("malformed")
+            logger.debug("dropped malformed datagram: %s", exc)
+            return False
+        except Exception:  # a decoder bug must not take the connection down
+            self.stats.drop("malformed")
+            logger.exception("unexpected error decoding a datagram")
+            return False
+        if cid != self.connection_id:
+            self.stats.drop("wrong_connection")
+            return False
+        try:
+            if ptype == TYPE_DATA:
+                self._rx.on_data(psn, msg_id, idx, count, msg_len, ts, ev, payload, now)
+            else:
+                self._on_ack(cum_psn, sack_base, bitmap, ack_psn, echo_ts, ack_delay, rwnd, flags, now)
+        except Exception:
+            # Validation happens before any state changes, so this is a bug; keep running.
+            self.stats.drop("internal_error")
+            logger.exception("error processing a datagram")
+        return True
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, int]]:
+        """Everything that may be sent now: ACKs first, then retransmissions, then new data."""
+        self._now = now
+        out = self._rx.take_acks(now)
+        self._pacing_blocked = False
+        queue = self._send_queue
+        recovery = self._recovery
+        lost_queue = recovery.lost_queue
+        if not (queue or lost_queue):
+            return out
+        # Window, pacing rate and timestamp cannot change within one call (only ACKs, losses and
+        # timeouts move them), so they are read once.
+        cc = self._cc
+        cwnd = cc.window
+        rate = cc.pacing_rate
+        interval = 1.0 / rate if rate and rate > 0 else 0.0
+        pacer = self._pacer
+        next_time = pacer.next_time
+        burst_floor = now - pacer.burst * interval
+        # Pace in quanta: the timer wakes the driver when the next packet is due, and the call
+        # then also sends what falls due within the quantum (at least one packet interval), so
+        # a slow connection sends 2+ packets per wake-up. Every wake-up of a Python endpoint
+        # costs far more CPU than the packet itself; the average rate is unchanged.
+        q = self._pacing_quantum
+        horizon = now + (0.0 if q <= 0 else (q if q > interval else interval))
+        ts = to_timestamp(now)
+        n_inflight = len(recovery.inflight)
+        on_sent = recovery.on_packet_sent
+        append = out.append
+        next_ev = self._policy.next_ev
+        num_evs = self._num_evs
+        size = self._payload
+        cid = self.connection_id
+        ipsn = self.initial_psn
+        st = self.stats
+        per_ev = st.per_ev
+        span = self._send_span
+        n_new = 0
+        new_bytes = 0
+        while True:
+            rec = recovery.lost_packet() if lost_queue else None
+            if rec is None:
+                if not queue:
+                    break
+                seq = recovery.next_seq
+                if seq - recovery.una >= span or not (seq < self._peer_limit or not n_inflight):
+                    # Receive window closed (one packet may probe it when nothing is in flight,
+                    # so a lost window update cannot stall the connection).
+                    break
+            if n_inflight >= cwnd:
+                break
+            if next_time > horizon:
+                self._pacing_blocked = True
+                break
+            if rec is not None:
+                recovery.pop_lost()
+                append(self._retransmit(rec, ts, now))
+            else:
+                # A new PSN: the next fragment of the oldest queued message.
+                msg = queue[0]
+                i = msg.next_frag
+                payload = msg.data[i * size : (i + 1) * size]
+                msg.next_frag = i + 1
+                if i + 1 >= msg.frag_count:
+                    queue.popleft()
+                ev = next_ev(now, None) % num_evs
+                on_sent(SentPacket(seq, msg.msg_id, i, msg.frag_count, msg.size, payload, msg), ev, ts, now)
+                data = pack_data(
+                    0, ev, cid, (ipsn + seq) & PSN_MASK, msg.wire_id, i, msg.frag_count, msg.size, ts, payload,
+                )
+                nbytes = len(data)
+                evs = per_ev.get(ev) or st.ev(ev)
+                evs.packets_sent += 1
+                evs.bytes_sent += nbytes
+                n_new += 1
+                new_bytes += nbytes
+                append((data, ev))
+            n_inflight += 1
+            if interval:
+                next_time = (next_time if next_time > burst_floor else burst_floor) + interval
+            else:
+                next_time = float("-inf")
+        pacer.next_time = next_time
+        st.packets_sent += n_new
+        st.bytes_sent += new_bytes
+        return out
+
+    def get_timer(self) -> float | None:
+        """Absolute time of the next timer (ACK delay, loss detection, RTO or pacing), or None."""
+        t = self._rx.ack_deadline
+        lt = self._recovery.loss_time()
+        if lt is not None and (t is None or lt < t):
+            t = lt
+        if self._pacing_blocked:
+            pt = self._pacer.next_time
+            if t is None or pt < t:
+                t = pt
+        return t
+
+    def handle_timer(self, now: float) -> None:
+        self._now = now
+        self._rx.on_timer(now)
+        self._recovery.on_timeout(now)
+        if self._pacing_blocked and now >= self._pacer.next_time:
+            self._pacing_blocked = False  # the driver's next datagrams_to_send() sends
+
+    def next_event(self) -> Event | None:
+        return self._events.popleft() if self._events else None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing outstanding, nothing queued to send, no ACK owed."""
+        return not (self._send_queue or self._recovery.sent or self._rx.owes_ack)
+
+    def metrics(self) -> dict:
+        m = self.stats.summary()
+        m["connection_id"] = self.connection_id
+        m["config"] = self.config.to_dict()
+        m["state"] = {
+            "cwnd": self._cc.window,
+            "srtt": self._rtt.srtt,
+            "rttvar": self._rtt.rttvar,
+            "min_rtt": self._rtt.min_rtt,
+            "inflight": len(self._recovery.inflight),
+            "unacked": len(self._recovery.sent),
+            "queued_messages": len(self._send_queue),
+            "cc": self._cc.state(),
+            "path_policy": self._policy.state(),
+        }
+        # A plug-in policy's first fault (transport.core.policy_plugin; its state() may be the one), or None.
+        m["path_policy_fault"] = getattr(self._policy, "fault", None)
+        return m
+
+    # ------------------------------------------------------------------ sender
+
+    def _retransmit(self, rec: SentPacket, ts: int, now: float) -> tuple[bytes, int]:
+        """Send a packet declared lost again, on another EV than last time where the policy can."""
+        ev = self._policy.next_ev(now, rec.ev) % self._num_evs
+        self._recovery.on_packet_sent(rec, ev, ts, now)
+        data = pack_data(
+            FLAG_RETRANSMIT, ev, self.connection_id, (self.initial_psn + rec.seq) & PSN_MASK,
+            rec.msg_id & MSG_ID_MASK, rec.frag_index, rec.frag_count, rec.msg_len, ts, rec.payload,
+        )
+        st = self.stats
+        evs = st.ev(ev)
+        st.packets_sent += 1
+        st.bytes_sent += len(data)
+        st.retransmissions += 1
+        evs.packets_sent += 1
+        evs.bytes_sent += len(data)
+        evs.retransmissions += 1
+        return data, ev
+
+    def _on_ack(
+        self, cum_psn: int, sack_base: int, sack_bitmap: int, ack_psn: int, echo_ts: int, ack_delay: int, rwnd: int,
+        flags: int, now: float,
+    ) -> None:
+        """An ACK for this connection whose header decoded and whose CRC matched."""
+        st = self.stats
+        recovery = self._recovery
+        # PSNs to seqs, relative to the oldest unacknowledged one; anything beyond what was sent is bogus.
+        una = recovery.una
+        ref = self.initial_psn + una
+        # An ACK per packet in order moves the cumulative point one past the oldest unacknowledged.
+        cum = una + 1 if cum_psn == (ref + 1) & PSN_MASK else una + psn_diff(cum_psn, ref)
+        if cum > recovery.next_seq:
+            st.drop("ack_unsent")
+            return
+        base = 0
+        if sack_bitmap:
+            base = una + psn_diff(sack_base, ref)
+            if base + sack_bitmap.bit_length() - 1 >= recovery.next_seq:
+                st.drop("ack_unsent")
+                return
+        st.acks_received += 1
+        # An ACK usually answers the packet just below its cumulative point.
+        ack_seq = cum - 1 if (ack_psn + 1) & PSN_MASK == cum_psn else una + psn_diff(ack_psn, ref)
+        newly = recovery.on_ack(cum, base, sack_bitmap, ack_seq, echo_ts, ack_delay, flags & FLAG_NAK != 0, now)
+        # The receiver's window ends at a fixed distance from the start of the message it is
+        # reassembling, so the end only moves forward; reordered ACKs cannot shrink it.
+        limit = cum + (rwnd if rwnd < self._window_psns else self._window_psns)
+        if limit > self._peer_limit:
+            self._peer_limit = limit
+        for rec in newly:
+            msg = rec.msg
+            msg.remaining -= 1
+            if msg.remaining <= 0:
+                st.messages_acked += 1
+                st.bytes_acked += msg.size
+                latency = now - msg.submitted
+                st.completion.append(latency)
+                self._events.append(MessageAcked(msg.wire_id, latency))
+            rec.msg = None  # the message's data can go once its last fragment is acknowledged

@@ -1,0 +1,472 @@
+"""Loss recovery of the sender, in the shape of aioquic's QuicPacketRecovery.
+
+``LossRecovery`` keeps a record of every PSN sent and not yet acknowledged and decides when one is
+lost. The connection reports each transmission (``on_packet_sent``) and each ACK (``on_ack``), asks
+when the next check is due (``loss_time``) and calls ``on_timeout`` then; what is declared lost
+waits in a queue (``lost_packet`` / ``pop_lost``) for the connection to send again.
+
+The rules, all here:
+
+* RTT: one ``RttEstimator`` (RFC 6298 gains) for the connection, shared with congestion control,
+  and one per EV for loss detection.
+* Loss detection is time-based and per EV (RACK-like): a packet overtaken by a later-sent,
+  acknowledged packet is lost once it is older than its EV's smoothed RTT times
+  (1 + reorder_window) plus twice that EV's RTT variation, plus the time the peer may hold an ACK
+  (the holds it reports, believed up to ``max_ack_delay`` and below the round trip they are part of).
+  Packets sprayed over paths of different delay are then not declared lost for arriving late.
+* RTO: srtt + 4 rttvar but at least 2 srtt and rto_min, doubled per consecutive timeout, running
+  from the oldest packet in flight or the latest ACK that acknowledged something new.
+* Spurious retransmissions, found from the echoed timestamp, undo the congestion window decrease
+  and widen the reordering allowance, which narrows again after a quiet spell.
+* Go-back-N (``recovery="gobackn"``): a NAK or a timeout resends everything from the gap on.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from transport.core.rtt import RttEstimator, rto
+
+if TYPE_CHECKING:
+    from transport.core.config import TransportConfig
+    from transport.core.congestion import CongestionControl
+    from transport.core.metrics import Stats
+    from transport.core.paths import PathPolicy
+
+logger = logging.getLogger(__name__)
+
+# Retransmitted PSNs remembered after being acknowledged, so that a late ACK echoing the original
+# transmission can still reveal the retransmission as spurious.
+_RETIRED_MAX = 4096
+# The reordering allowance widens up to this multiple of reorder_window after spurious
+# retransmissions, and halves again after this many smoothed RTTs without one.
+_REORDER_SCALE_MAX = 16.0
+_REORDER_DECAY_RTTS = 16.0
+
+
+class SentPacket:
+    """One PSN the sender has transmitted at least once and not yet seen acknowledged.
+
+    The latest transmission is kept in plain fields (``ts``, ``ev``, ``sent_time``, ``tx_order``);
+    the list of every transmission (``tx``) is only built once the PSN is retransmitted, so the
+    common, single-transmission case allocates one object per packet.
+    """
+
+    __slots__ = (
+        "ev", "frag_count", "frag_index", "lost", "lost_time", "msg", "msg_id", "msg_len", "payload", "sent_time",
+        "seq", "spurious", "ts", "tx", "tx_order",
+    )
+
+    def __init__(
+        self,
+        seq: int,
+        msg_id: int,
+        frag_index: int,
+        frag_count: int,
+        msg_len: int,
+        payload: bytes,
+        msg: Any = None,
+    ) -> None:
+        self.seq = seq  # unbounded sequence number; the PSN on the wire is (initial + seq) mod 2^32
+        self.msg_id = msg_id
+        self.frag_index = frag_index
+        self.frag_count = frag_count
+        self.msg_len = msg_len
+        self.payload = payload
+        self.msg = msg  # the sender's record of the message (completion accounting)
+        self.sent_time = 0.0  # of the latest transmission
+        self.ev = 0  # of the latest transmission
+        self.ts = 0  # wire timestamp of the latest transmission
+        self.tx_order = 0  # transmission counter of the latest transmission (orders sends made at one instant)
+        # Every transmission as (wire timestamp, ev, time), oldest first; None while there was one.
+        self.tx: list[tuple[int, int, float]] | None = None
+        self.lost = False
+        self.lost_time: float | None = None  # when first declared lost
+        self.spurious = False
+
+
+class LossRecovery:
+    """Sent-packet records, RTT, loss detection, RTO and retransmission queue of one sender.
+
+    Sequence numbers here are the connection's unbounded ``seq`` values, never wire PSNs.
+    ``sent`` holds every packet not yet acknowledged, ``inflight`` those of them not declared lost,
+    in transmission order.
+    """
+
+    def __init__(
+        self, config: TransportConfig, rtt: RttEstimator, cc: CongestionControl, policy: PathPolicy, stats: Stats,
+    ) -> None:
+        self.config = config
+        self.rtt = rtt
+        self._cc = cc
+        self._policy = policy
+        self._stats = stats
+        self._gobackn = config.recovery == "gobackn"
+        self.sent: dict[int, SentPacket] = {}
+        self.inflight: OrderedDict[int, SentPacket] = OrderedDict()
+        self.una = 0  # lowest seq not yet acknowledged
+        self.next_seq = 0  # one past the highest seq sent
+        # Heap of seqs declared lost, awaiting retransmission (read through lost_packet(); the
+        # send loop tests it for emptiness before calling).
+        self.lost_queue: list[int] = []
+        self._retired: OrderedDict[int, SentPacket] = OrderedDict()
+        self._tx_count = 0
+        self._rack_order = 0  # tx_order of the most recently sent packet known delivered
+        self._rack_dirty = False
+        self._loss_time: float | None = None
+        self._ev_rtt: dict[int, RttEstimator] = {}
+        # How long the peer may hold an ACK (RFC 9002's max_ack_delay): loss detection and the RTO
+        # wait that much longer, since a packet answered by a held ACK is not late. Starts at our
+        # own setting (both ends normally share one) and follows the longest holds the peer
+        # reports: up at once, down slowly (a fast connection fills its batches in microseconds).
+        self._ack_allow = config.ack_delay
+        self._max_ack_delay = max(config.max_ack_delay, config.ack_delay)
+        self._backoff = 0
+        # When an ACK last acknowledged something new: the RTO runs from here as well as from the
+        # oldest packet's send time (RFC 6298 restarts the timer on new ACKs). While ACKs keep
+        # arriving, a queue is draining, not a path dead; losses in it are RACK's to find.
+        self._last_progress = float("-inf")
+        # Multiplier of reorder_window, doubled per spurious retransmission (see _on_spurious).
+        self._reorder_scale = 1.0
+        self._reorder_since = 0.0
+        self._rto_value: float | None = None  # rto() for the current estimate and backoff; None = stale
+        self._rewind_seq = -1
+        self._rewind_time = float("-inf")
+
+    # ------------------------------------------------------------------ sending
+
+    def on_packet_sent(self, rec: SentPacket, ev: int, ts: int, now: float) -> None:
+        """``rec`` left now on ``ev`` with wire timestamp ``ts``: its first transmission, or a
+        retransmission after it was declared lost."""
+        self._tx_count += 1
+        if rec.tx_order:
+            # Every transmission is kept, so that the echoed timestamp tells which copy arrived.
+            tx = rec.tx
+            if tx is None:
+                tx = rec.tx = [(rec.ts, rec.ev, rec.sent_time)]
+            tx.append((ts, ev, now))
+            rec.lost = False
+        else:
+            self.sent[rec.seq] = rec
+            self.next_seq = rec.seq + 1
+        rec.sent_time = now
+        rec.ev = ev
+        rec.ts = ts
+        rec.tx_order = self._tx_count
+        self.inflight[rec.seq] = rec
+
+    def lost_packet(self) -> SentPacket | None:
+        """The lowest seq declared lost and not resent yet, left queued (see ``pop_lost``)."""
+        # Entries whose packet was acknowledged meanwhile are discarded lazily.
+        lost = self.lost_queue
+        while lost:
+            rec = self.sent.get(lost[0])
+            if rec is not None and rec.lost:
+                return rec
+            heapq.heappop(lost)
+        return None
+
+    def pop_lost(self) -> None:
+        """Take the packet ``lost_packet()`` returned off the queue: it is being resent."""
+        heapq.heappop(self.lost_queue)
+
+    # ------------------------------------------------------------------ acknowledgments
+
+    def on_ack(
+        self, cum: int, sack_base: int, sack_bitmap: int, ack_seq: int, echo_ts: int, ack_delay: int, nak: bool,
+        now: float,
+    ) -> list[SentPacket]:
+        """One ACK, validated and mapped to seqs by the connection: every seq below ``cum`` and
+        ``sack_base + i`` for each bit i of ``sack_bitmap`` arrived; ``ack_seq`` is the packet
+        whose timestamp ``echo_ts`` the ACK echoes after holding it ``ack_delay`` microseconds.
+        Returns the packets it newly acknowledges, in the order it found them."""
+        st = self._stats
+        sent = self.sent
+        # The record of the triggering PSN, looked up before acknowledged records are removed.
+        trig = sent.get(ack_seq) or self._retired.get(ack_seq)
+        una = self.una
+        newly: list[SentPacket] = []
+        if cum > una:
+            pop = sent.pop
+            for s in range(una, cum):
+                rec = pop(s, None)
+                if rec is not None:
+                    newly.append(rec)
+        bitmap = sack_bitmap
+        while bitmap:
+            low = bitmap & -bitmap
+            bitmap ^= low
+            rec = sent.pop(sack_base + low.bit_length() - 1, None)
+            if rec is not None:
+                newly.append(rec)
+        una = cum if cum > una else una
+        next_seq = self.next_seq
+        while una < next_seq and una not in sent:
+            una += 1
+        self.una = una
+
+        # What the echoed timestamp tells: an RTT sample, the peer's ACK hold, whether a
+        # retransmission was spurious, and RACK's reference (the latest-sent delivered packet).
+        rtt_sample: float | None = None
+        if trig is not None:
+            tx = trig.tx
+            if tx is None:
+                match = 0 if trig.ts == echo_ts else -1
+                n_tx = 1
+                sent_time = trig.sent_time
+                ev = trig.ev
+            else:
+                match = -1
+                n_tx = len(tx)
+                sent_time, ev = 0.0, 0
+                for i, (ts, t_ev, t_time) in enumerate(tx):
+                    if ts == echo_ts:
+                        match, ev, sent_time = i, t_ev, t_time
+                        break
+            if match >= 0:
+                raw = now - sent_time
+                if ack_delay:
+                    # The hold the peer reports is believed only up to the longest it may hold an
+                    # ACK, and only below the round trip it is part of (RFC 9002 section 5.3): a
+                    # forged 0xFFFFFFFF us once stretched every loss deadline and RTO by 71 minutes.
+                    held = ack_delay * 1e-6
+                    if held > self._max_ack_delay:
+                        held = self._max_ack_delay
+                    if held < raw:
+                        allow = self._ack_allow
+                        self._ack_allow = held if held > allow else allow - (allow - held) / 64
+                        rtt = raw - held
+                    else:
+                        rtt = raw
+                else:
+                    rtt = raw
+                if rtt > 0:
+                    rtt_sample = rtt
+                    self.rtt.update(rtt)
+                    self._rto_value = None
+                    est = self._ev_rtt.get(ev)
+                    if est is None:
+                        est = self._ev_rtt[ev] = RttEstimator()
+                    est.update(rtt)
+                    st.rtt.append(rtt)
+                    (st.per_ev.get(ev) or st.ev(ev)).rtt.append(rtt)
+                    self._policy.on_ack(ev, rtt, now)
+                delivered = trig.seq not in sent
+                if delivered and match < n_tx - 1 and not trig.spurious:
+                    # An earlier copy reached the receiver: the later copies were not needed.
+                    trig.spurious = True
+                    st.spurious_retransmissions += n_tx - 1 - match
+                    self._on_spurious(now)
+                if delivered and match == n_tx - 1 and trig.tx_order > self._rack_order:
+                    self._rack_order = trig.tx_order
+                    self._rack_dirty = True
+
+        # Acknowledged packets leave the flight; the latest-sent of them becomes RACK's reference.
+        if newly:
+            self._last_progress = now
+            per_ev = st.per_ev
+            inflight_pop = self.inflight.pop
+            retired = self._retired
+            rack = self._rack_order
+            for rec in newly:
+                inflight_pop(rec.seq, None)
+                rec.lost = False
+                (per_ev.get(rec.ev) or st.ev(rec.ev)).acked += 1
+                if rec.tx is None:
+                    if rec.tx_order > rack:
+                        rack = rec.tx_order
+                else:
+                    # Retransmitted: remembered a while, for echoes of an earlier copy (above).
+                    retired[rec.seq] = rec
+                    if len(retired) > _RETIRED_MAX:
+                        retired.popitem(last=False)
+                if rec.lost_time is not None:
+                    st.recovery.append(now - rec.lost_time)
+            if rack > self._rack_order:
+                self._rack_order = rack
+                self._rack_dirty = True
+            if self._backoff:
+                self._backoff = 0
+                self._rto_value = None
+        if rtt_sample is not None:
+            self._cc.on_ack(rtt_sample, len(newly), now)
+
+        # What the ACK says about the packets still in flight.
+        if self._gobackn:
+            # One rewind per sequence error per RTT: NAKs for the same PSN may arrive in bursts.
+            repeat = cum == self._rewind_seq and now - self._rewind_time <= (self.rtt.srtt or 0.0)
+            if nak and cum in sent and not repeat:
+                self._rewind(cum, now)
+        elif self._rack_dirty:
+            inflight = self.inflight
+            if inflight and next(iter(inflight.values())).tx_order < self._rack_order:
+                self.detect_lost(now)
+            else:
+                # Nothing in flight was overtaken (the common, in-order case): no loss timer.
+                self._rack_dirty = False
+                self._loss_time = None
+        elif self._loss_time is not None and now >= self._loss_time:
+            self.detect_lost(now)
+        return newly
+
+    def _on_spurious(self, now: float) -> None:
+        """A retransmission was unnecessary: undo the window decrease it caused, and widen the
+        reordering allowance (RACK's reo_wnd adapts the same way, on DSACKs), since paths whose
+        delays differ by more than the allowance would otherwise keep tripping it."""
+        self._cc.on_spurious(now)
+        self._reorder_scale = min(self._reorder_scale * 2.0, _REORDER_SCALE_MAX)
+        self._reorder_since = now
+
+    # ------------------------------------------------------------------ loss detection
+
+    def detect_lost(self, now: float) -> None:
+        """RACK-like: an in-flight packet sent before the latest delivered one is lost once it is
+        older than its own EV's RTT plus the reordering allowance."""
+        self._rack_dirty = False
+        self._loss_time = None
+        rack = self._rack_order
+        inflight = self.inflight
+        if not inflight or next(iter(inflight.values())).tx_order >= rack:
+            return  # nothing in flight was overtaken
+        lost: list[SentPacket] = []
+        allowance: dict[int, float] = {}
+        ack_allow = self._ack_allow
+        srtt = self.rtt.srtt
+        scale = self._reorder_scale
+        if scale > 1.0 and now - self._reorder_since > _REORDER_DECAY_RTTS * (srtt or 0.0):
+            # No spurious retransmission for a while: narrow the allowance again, step by step.
+            scale = self._reorder_scale = max(1.0, scale / 2)
+            self._reorder_since = now
+        window = self.config.reorder_window * scale
+        loss_time = None
+        for rec in inflight.values():
+            if rec.tx_order >= rack:
+                break
+            a = allowance.get(rec.ev)
+            if a is None:
+                a = allowance[rec.ev] = self._reorder_allowance(rec.ev, window)
+            deadline = rec.sent_time + a + ack_allow
+            if deadline <= now:
+                lost.append(rec)
+            elif loss_time is None or deadline < loss_time:
+                loss_time = deadline
+        self._loss_time = loss_time
+        if lost:
+            evs = {rec.ev for rec in lost}
+            share = self._ev_share(evs)
+            for rec in lost:
+                self._mark_lost(rec, now)
+            for ev in evs:
+                self._policy.on_loss(ev, now)
+            self._cc.on_loss(now, share)
+
+    def _reorder_allowance(self, ev: int, window: float) -> float:
+        """How long after sending an overtaken packet on ``ev`` it is declared lost (before the
+        peer's ACK delay): from the EV's own RTT, else the connection's, else initial_rtt."""
+        est = self._ev_rtt.get(ev) or self.rtt
+        if est.srtt is None:
+            est = self.rtt
+        if est.srtt is None:
+            return self.config.initial_rtt * (1 + window) * 2
+        return est.srtt * (1 + window) + 2 * est.rttvar
+
+    def _mark_lost(self, rec: SentPacket, now: float) -> None:
+        self.inflight.pop(rec.seq, None)
+        rec.lost = True
+        if rec.lost_time is None:
+            rec.lost_time = now
+        heapq.heappush(self.lost_queue, rec.seq)
+        self._stats.losses_detected += 1
+        self._stats.ev(rec.ev).losses += 1
+
+    def _ev_share(self, evs: set[int]) -> float:
+        """Fraction of the in-flight packets that were sent on ``evs``."""
+        if not self.inflight:
+            return 1.0
+        on = sum(1 for rec in self.inflight.values() if rec.ev in evs)
+        return max(on, 1) / len(self.inflight)
+
+    def _rewind(self, seq: int, now: float) -> None:
+        """Go-back-N: resend everything from ``seq`` on."""
+        self._stats.gobackn_rewinds += 1
+        self._rewind_seq = seq
+        self._rewind_time = now
+        first = self.sent[seq]
+        self._policy.on_loss(first.ev, now)
+        for rec in [r for r in self.inflight.values() if r.seq >= seq]:
+            self._mark_lost(rec, now)
+        self._cc.on_loss(now)
+
+    # ------------------------------------------------------------------ timers
+
+    def loss_time(self) -> float | None:
+        """When ``on_timeout`` is next due: a loss-detection deadline or the RTO, or None."""
+        t = self._loss_time
+        if self.inflight:
+            rt = self._rto_deadline()
+            if t is None or rt < t:
+                t = rt
+        return t
+
+    def on_timeout(self, now: float) -> None:
+        """Run what is due at ``now``: loss detection, then the RTO."""
+        if self._loss_time is not None and now >= self._loss_time:
+            self.detect_lost(now)
+        if self.inflight and now >= self._rto_deadline():
+            self._on_rto(now)
+
+    def rto(self) -> float:
+        """The retransmission timeout for the current estimate and backoff (see ``rto()``)."""
+        # Asked for on every loss_time(), but it only changes with an RTT sample or the backoff.
+        value = self._rto_value
+        if value is None:
+            c = self.config
+            value = self._rto_value = rto(self.rtt, c.initial_rtt, c.rto_min, c.rto_max, self._backoff)
+        return value
+
+    def _rto_deadline(self) -> float:
+        start = next(iter(self.inflight.values())).sent_time
+        if self._last_progress > start:
+            start = self._last_progress
+        return start + self.rto() + self._ack_allow
+
+    def _on_rto(self, now: float) -> None:
+        # The same expression as the deadline loss_time() reported: summed in another order, the
+        # float could differ in its last bit and leave a due timer unserved forever.
+        if not self.inflight or self._rto_deadline() > now:
+            return
+        timeout = self.rto() + self._ack_allow
+        # Everything in flight for more than half the timeout is declared lost with the oldest
+        # packet, so that one timeout resends a whole round in PSN order; timing each packet out
+        # separately would resend them in their old order and could starve the lowest PSN
+        # behind the same queue every round.
+        expired = []
+        if self.rtt.srtt is None:
+            # No RTT sample yet: the timeout only guessed the RTT (from initial_rtt), and a first
+            # window queued behind a slow link is the likelier story than its loss. Probe with the
+            # oldest packet rather than resending the whole window into the same queue.
+            expired.append(next(iter(self.inflight.values())))
+        else:
+            for rec in self.inflight.values():
+                if rec.sent_time + timeout / 2 > now:
+                    break
+                expired.append(rec)
+        st = self._stats
+        st.timeouts += 1
+        self._backoff += 1
+        self._rto_value = None
+        evs = {rec.ev for rec in expired}
+        for ev in evs:
+            st.ev(ev).timeouts += 1
+            self._policy.on_timeout(ev, now)
+        if self._gobackn:
+            self._rewind_seq = -1
+            self._rewind(min(rec.seq for rec in expired), now)
+        else:
+            for rec in expired:
+                self._mark_lost(rec, now)
+        self._cc.on_timeout(now)
+        logger.debug("RTO at %.6f: %d packets on EVs %s", now, len(expired), sorted(evs))

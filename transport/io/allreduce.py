@@ -1,0 +1,439 @@
+"""Ring all-reduce over the fabriclab transport: one worker per host, or the whole ring in-process.
+
+``fabriclab allreduce --rank R --peers IP:PORT,... --size N --iterations K --json-out F`` (cli/allreduce.py)
+runs rank R of the ring (algorithm, barrier and phases in transport/collective/ring.py). The worker listens on its own
+``peers[R]`` port for its left neighbour's data and sends to ``peers[R+1]`` from one UDP socket per
+entropy value, bound to ``base_port + EV``, exactly as the srd Sender and Receiver do; both directions
+run in the event loop they share (transport/io/eventloop.py) over two sans-I/O ``Connection`` objects.
+After every iteration the result is compared bit for bit with the reference sum computed in the ring's
+own order of float32 additions.
+
+``transport.sim.ringsim.ring_allreduce_simulated`` runs the same ``RingRank`` for all ranks in one process
+over simulated links with a virtual clock, so tests and experiments get deterministic results fast.
+
+Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout, 143 stopped by SIGTERM/SIGINT (the JSON is
+written in every case once the options are valid).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from transport.collective.ring import (
+    DEFAULT_PIECE_BYTES,
+    DTYPE,
+    HEADER,
+    Phase,
+    RingProtocolError,
+    RingRank,
+    RingWorker,
+    make_input,
+    rank_connections,
+    reference_from_seed,
+)
+from transport.core import wire
+from transport.core.config import ConfigError, TransportConfig
+from transport.core.connection import Connection, MessageAcked, MessageReceived
+from transport.core.contract import DEFAULT_BASE_PORT, PORT_ALIGNMENT, base_port_problem, is_aligned
+from transport.core.events import Event
+from transport.core.pump import Datagrams, Pump, earliest, linger
+from transport.core.schema import AllreduceMetrics
+from transport.io.endpoint import resolve
+from transport.io.eventloop import RECV_BATCH, EventLoop, SendCounters, SocketSender, read_batch, socket_drops
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_MISMATCH = 1
+EXIT_USAGE = 2
+EXIT_SIGNAL = 143  # the shell's code for a process ended by SIGTERM
+BASE_PORT_STRIDE = 64  # default base port of rank r is 40000 + 64 r, so ranks sharing a host do not clash
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_LINGER = 0.3
+
+
+class AllReduceError(Exception):
+    """Bad input or a timeout: reported as one line, exit status 2."""
+
+
+def bandwidth_bound(n_ranks: int, nbytes: int, link_rate_mbps: float | None) -> float | None:
+    """Lower bound of one ring all-reduce: 2(N-1)/N of the array crosses each rank's link."""
+    if not link_rate_mbps or n_ranks < 2:
+        return None
+    return 2 * (n_ranks - 1) / n_ranks * nbytes * 8 / (link_rate_mbps * 1e6)
+
+
+def _summary(times: list[float]) -> dict[str, float | None]:
+    if not times:
+        return {"mean_s": None, "min_s": None, "max_s": None}
+    return {"mean_s": float(np.mean(times)), "min_s": min(times), "max_s": max(times)}
+
+
+# --------------------------------------------------------------------------------------------------
+# One rank over real UDP sockets
+
+
+@dataclass
+class WorkerOptions:
+    rank: int
+    peers: list[tuple[str, int]]
+    size: int
+    iterations: int = 1
+    config: TransportConfig = field(default_factory=TransportConfig)
+    base_port: int | None = None  # None: 40000 + 64 * rank
+    seed: int = 0
+    timeout: float = DEFAULT_TIMEOUT
+    start_at: float | None = None  # UNIX time at which iteration 1 starts (after the barrier)
+    link_rate_mbps: float | None = None
+    piece_bytes: int = DEFAULT_PIECE_BYTES
+    bind: str | None = None
+    linger: float = DEFAULT_LINGER
+
+    @property
+    def n_ranks(self) -> int:
+        return len(self.peers)
+
+    @property
+    def source_base(self) -> int:
+        return self.base_port if self.base_port is not None else DEFAULT_BASE_PORT + BASE_PORT_STRIDE * self.rank
+
+    def validate(self) -> None:
+        n = self.n_ranks
+        if n < 1:
+            raise AllReduceError("--peers: give at least one IP:PORT")
+        if not 0 <= self.rank < n:
+            raise AllReduceError(f"--rank {self.rank} is out of range: {n} peers give ranks 0..{n - 1}")
+        if len(set(self.peers)) != n:
+            raise AllReduceError("--peers: every rank needs its own IP:PORT; the list has duplicates")
+        if self.size < 1:
+            raise AllReduceError(f"--size {self.size}: use at least 1 element")
+        if self.iterations < 1:
+            raise AllReduceError(f"--iterations {self.iterations}: use at least 1")
+        if not self.timeout > 0:
+            raise AllReduceError(f"--timeout {self.timeout}: use a positive number of seconds")
+        if self.link_rate_mbps is not None and not self.link_rate_mbps > 0:
+            raise AllReduceError(f"--link-rate-mbps {self.link_rate_mbps}: use a positive rate")
+        try:
+            self.config.validate()
+        except ConfigError as exc:
+            raise AllReduceError(f"transport configuration: {exc}") from None
+        base = self.source_base
+        if problem := base_port_problem(base, self.config.num_evs):
+            raise AllReduceError(f"--base-port: {problem}")
+        if not is_aligned(base):
+            logger.warning("base port %d is not a multiple of %d: source port low bits != EV", base, PORT_ALIGNMENT)
+        max_piece = Connection(self.config, 1).max_message_size - HEADER.size
+        if not DTYPE.itemsize <= self.piece_bytes <= max_piece:
+            raise AllReduceError(f"--piece-bytes {self.piece_bytes}: use {DTYPE.itemsize}..{max_piece}")
+
+
+class UdpRingWorker(EventLoop):
+    """Rank ``opts.rank`` of the ring over real sockets: a barrier, the iterations, a short linger.
+
+    The rank's logic is a `RingRank` (transport/collective/ring.py), the same as in the simulation; this class
+    is its I/O: the listen socket for the left neighbour's data, one socket per EV towards the right
+    neighbour, the shared event loop, timeouts and the linger before exiting.
+    """
+
+    role = "allreduce"
+
+    def __init__(self, opts: WorkerOptions) -> None:
+        opts.validate()
+        super().__init__(opts.config)
+        self.opts = opts
+        n, r = opts.n_ranks, opts.rank
+        self.n = n
+        self.rank = r
+        self.left = opts.peers[(r - 1) % n]
+        self.right = opts.peers[(r + 1) % n]
+        self.send_conn, self.recv_conn = rank_connections(opts.config, n, r, opts.seed)
+        self._recv_cid = self.recv_conn.connection_id
+        self.data = make_input(opts.seed, r, opts.size)
+        self.worker = RingWorker(r, n, self.data, opts.iterations, max(1, opts.piece_bytes // DTYPE.itemsize))
+        self.ring = RingRank(self.worker)
+        self.error: str | None = None
+        self.listen: socket.socket | None = None
+        self.ev_socks: list[socket.socket] = []
+        self._evaddr: dict[int, Any] = {}
+        self._left_addr: Any = None
+        self._last_progress = 0.0
+        self._last_rx = 0.0
+        self.started_unix: float | None = None
+        self.sent = SendCounters()  # both connections' sends, and refused reads
+        self.counters = {"datagrams_received": 0, "foreign_datagrams": 0, "protocol_errors": 0}
+        # Data to the right neighbour over the EV sockets, ACKs to the left one (set up in open()).
+        self.send_pump = Pump(self.send_conn, self._send_data, self._on_send_event)
+        self.recv_pump = Pump(self.recv_conn, self._send_acks, self._on_recv_event)
+        self._data_sender: SocketSender | None = None
+        self._ack_sender: SocketSender | None = None
+
+    @property
+    def phase(self) -> Phase:
+        return self.ring.phase
+
+    @property
+    def iteration_times(self) -> list[float]:
+        return self.ring.iteration_times
+
+    @property
+    def correct(self) -> bool | None:
+        return self.ring.correct
+
+    @property
+    def mismatch(self) -> dict | None:
+        return self.ring.mismatch
+
+    @property
+    def barrier_s(self) -> float | None:
+        return self.ring.barrier_s
+
+    # -- sockets ----------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        opts = self.opts
+        host, port = opts.peers[self.rank]
+        lfamily, _ = resolve(host, port)
+        rfamily, rdest = resolve(*self.right)
+        # Listen on this rank's own address from --peers, not on every interface of the machine.
+        bind = opts.bind or host
+        s = socket.socket(lfamily, socket.SOCK_DGRAM)
+        try:
+            s.bind((bind, port))
+        except OSError as exc:
+            s.close()
+            if exc.errno == errno.EADDRINUSE:
+                raise AllReduceError(f"port {port} of peer {self.rank} is in use on this host; pick another") from None
+            raise AllReduceError(f"cannot bind {bind}:{port}: {exc.strerror}") from None
+        self._register(s, self._drain_listen)
+        self.listen = s
+        sendto = s.sendto
+        evaddr_get = self._evaddr.get
+        # Each ACK goes back to the socket that sent the DATA it names.
+        self._ack_sender = SocketSender(lambda dgram, ev: sendto(dgram, evaddr_get(ev, self._left_addr)), self.sent)
+        if self.n == 1:
+            return
+        sbind = opts.bind or ("::" if rfamily == socket.AF_INET6 else "0.0.0.0")
+        base = opts.source_base
+        for ev in range(opts.config.num_evs):
+            es = socket.socket(rfamily, socket.SOCK_DGRAM)
+            try:
+                es.bind((sbind, base + ev))
+                es.connect(rdest)
+            except OSError as exc:
+                es.close()
+                if exc.errno == errno.EADDRINUSE:
+                    raise AllReduceError(
+                        f"source port {base + ev} (base port {base} + EV {ev}) is in use; choose another --base-port"
+                    ) from None
+                raise AllReduceError(f"cannot reach right neighbour {self.right[0]}:{self.right[1]}: "
+                                     f"{exc.strerror}") from None
+            self._register(es, partial(self._drain_ev, es.recv))
+            self.ev_socks.append(es)
+        sends = [es.send for es in self.ev_socks]
+        self._data_sender = SocketSender(lambda dgram, ev: sends[ev](dgram), self.sent)
+
+    # -- ring events --------------------------------------------------------------------------------------
+
+    def _submit(self, msgs: list[bytes], now: float) -> None:
+        send = self.send_conn.send_message
+        for m in msgs:
+            send(m, now)
+
+    def _on_message(self, data: bytes, now: float) -> None:
+        try:
+            self._submit(self.ring.receive(data, now), now)
+        except RingProtocolError as exc:
+            self.counters["protocol_errors"] += 1
+            logger.warning("rank %d: dropped a message from %s:%d: %s", self.rank, *self.left, exc)
+
+    def _advance(self, now: float) -> None:
+        ready = self.ring.phase is Phase.READY
+        self._submit(self.ring.advance(now), now)
+        if ready and self.ring.phase is not Phase.READY:
+            self.started_unix = time.time()
+
+    # -- loop -------------------------------------------------------------------------------------------
+
+    def _drain_listen(self, now: float) -> int:
+        batch, n = read_batch(self.listen.recvfrom, self._recv_size)  # type: ignore[union-attr]
+        receive = self.recv_conn.receive_datagram
+        cid = self._recv_cid
+        evaddr = self._evaddr
+        for data, addr in batch:
+            if len(data) < wire.CONN_ID_OFFSET + 4 or wire.read_conn_id(data) != cid:
+                self.counters["foreign_datagrams"] += 1
+                continue
+            # Addresses are learnt only from datagrams that parsed and passed the CRC.
+            if receive(data, now) and data[wire.TYPE_OFFSET] == wire.TYPE_DATA:
+                # The ACK names the DATA packet's EV and goes back to the socket that sent it.
+                evaddr[wire.read_ev(data)] = addr
+                self._left_addr = addr
+        if n:
+            self.counters["datagrams_received"] += n
+            self._last_rx = now
+        return n
+
+    def _drain_ev(self, sock_recv: Callable[[int], bytes], now: float) -> int:
+        receive = self.send_conn.receive_datagram
+        size = self._recv_size
+        n = 0
+        while n < RECV_BATCH:
+            try:
+                data = sock_recv(size)
+            except BlockingIOError:
+                break
+            except ConnectionRefusedError:
+                self.sent.refused += 1  # the right neighbour is not listening (yet)
+                continue
+            except OSError:
+                break
+            n += 1
+            receive(data, now)
+        self.counters["datagrams_received"] += n
+        return n
+
+    def _send_data(self, out: Datagrams, now: float) -> None:
+        if self._data_sender is not None:
+            self._data_sender(out, now)
+
+    def _send_acks(self, out: Datagrams, now: float) -> None:
+        # ACKs answer DATA, so the left neighbour's address is known by the time there are any.
+        if self._ack_sender is not None and self._left_addr is not None:
+            self._ack_sender(out, now)
+
+    def _on_recv_event(self, event: Event, now: float) -> None:
+        if isinstance(event, MessageReceived):
+            self._last_progress = now
+            self._on_message(event.data, now)
+
+    def _on_send_event(self, event: Event, now: float) -> None:
+        if isinstance(event, MessageAcked):
+            self._last_progress = now
+
+    def _turn(self, now: float) -> float | None:
+        sp, rp = self.send_pump, self.recv_pump
+        sp.fire(now)
+        rp.fire(now)
+        rp.events(now)
+        sp.events(now)
+        # The clock is read again: comparing an iteration with the reference takes time that no
+        # other rank waits for, so the next iteration starts (and its time counts) from its end.
+        self._advance(time.monotonic())
+        sp.flush(now)
+        rp.flush(now)
+        ring = self.ring
+        wake = earliest(ring.wake_time(), (sp, rp))
+        if ring.phase is Phase.DRAIN:
+            # Stay until our data is acknowledged and the left neighbour has gone quiet, so that a
+            # lost final ACK can still be repeated for it.
+            over, until = linger(now, ring.done_at if ring.done_at is not None else now, self._last_rx,
+                                 self.opts.linger)
+            if self.send_conn.idle and over:
+                ring.drained()
+                self.stop("done")
+                return None
+            if wake is None or until < wake:
+                wake = until
+        elif ring.phase is Phase.READY and ring.start_time is not None:
+            self._last_progress = max(self._last_progress, min(now, ring.start_time))
+        if now - self._last_progress > self.opts.timeout:
+            raise AllReduceError(self._timeout_message())
+        limit = self._last_progress + self.opts.timeout + 0.01
+        if wake is None or limit < wake:
+            wake = limit
+        return wake
+
+    def _timeout_message(self) -> str:
+        t = self.opts.timeout
+        left = f"{self.left[0]}:{self.left[1]}"
+        right = f"{self.right[0]}:{self.right[1]}"
+        if self.phase is Phase.BARRIER:
+            return (f"rank {self.rank}: barrier not complete after {t:g} s (left {left}, right {right}, "
+                    f"{self.sent.refused} refused); start every rank with the same --peers and --seed")
+        if self.phase is Phase.DRAIN:
+            return (f"rank {self.rank}: right neighbour {right} acknowledged nothing for {t:g} s after the "
+                    "last iteration")
+        got, want = self.worker.progress
+        return (f"rank {self.rank}: iteration {self.worker.iteration + 1} stalled for {t:g} s with {got}/{want} "
+                f"pieces from left {left}; is every rank still running?")
+
+    def run(self) -> None:
+        """Barrier, iterations, linger; raises AllReduceError on timeouts."""
+        reference = reference_from_seed(self.n, self.opts.size, self.opts.seed)
+        if self.n == 1:
+            # One rank: the ring is empty; iterations only copy the input.
+            now = time.monotonic()
+            self.started_unix = time.time()
+            self.ring.start(now, reference)
+            self.ring.advance(now)
+            return
+        if self.listen is None:
+            self.open()
+        now = self._last_progress = time.monotonic()
+        start_at = None if self.opts.start_at is None else now + self.opts.start_at - time.time()
+        self._submit(self.ring.start(now, reference, start_at), now)
+        self._run_loop()
+        now = time.monotonic()
+        self.send_pump.flush(now)
+        self.recv_pump.flush(now)
+
+    # -- results ----------------------------------------------------------------------------------------
+
+    def results(self) -> AllreduceMetrics:
+        opts = self.opts
+        nbytes = opts.size * DTYPE.itemsize
+        bound = bandwidth_bound(self.n, nbytes, opts.link_rate_mbps)
+        summary = _summary(self.iteration_times)
+        mean = summary["mean_s"]
+        socks = [s for s in (self.listen, *self.ev_socks) if s is not None]
+        try:
+            drops = socket_drops(socks) if socks and socks[0].fileno() >= 0 else None
+        except OSError:
+            drops = None
+        return {
+            "rank": self.rank,
+            "peers": [f"{h}:{p}" for h, p in opts.peers],
+            "size": opts.size,
+            "bytes": nbytes,
+            "iterations": opts.iterations,
+            "iterations_done": len(self.iteration_times),
+            "iteration_times_s": self.iteration_times,
+            "mean_s": mean,
+            "min_s": summary["min_s"],
+            "max_s": summary["max_s"],
+            "bound_s": bound,
+            "link_rate_mbps": opts.link_rate_mbps,
+            "ratio_to_bound": (mean / bound) if (mean is not None and bound) else None,
+            "algbw_gbps": (nbytes * 8 / mean / 1e9) if mean else None,
+            "busbw_gbps": (2 * (self.n - 1) / self.n * nbytes * 8 / mean / 1e9) if mean and self.n > 1 else None,
+            "correct": bool(self.correct) if self.correct is not None else False,
+            "mismatch": self.mismatch,
+            "error": self.error,
+            "stop_reason": self.stop_reason,
+            "phase": self.phase,
+            "barrier_s": self.barrier_s,
+            "started_unix": self.started_unix,
+            "seed": opts.seed,
+            "base_port": opts.source_base,
+            "piece_bytes": opts.piece_bytes,
+            "ring_stats": {"duplicates": self.worker.duplicates, "stale": self.worker.stale},
+            "transport": {
+                "send": {"to": f"{self.right[0]}:{self.right[1]}", **self.send_conn.metrics()},
+                "recv": {"from": f"{self.left[0]}:{self.left[1]}", **self.recv_conn.metrics()},
+                "datagrams_sent": self.sent.datagrams_sent,
+                "send_errors": self.sent.send_errors,
+                "refused": self.sent.refused,
+                **self.counters,
+                "socket_drops": drops,
+                "config": opts.config.to_dict(),
+            },
+        }

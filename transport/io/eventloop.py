@@ -1,0 +1,321 @@
+"""The I/O shell every UDP endpoint shares: socket tuning, the poller, the event loop and its constants.
+
+The srd `Sender` and `Receiver` (transport/io/sender.py, transport/io/receiver.py) and the all-reduce's
+`UdpRingWorker` (transport/io/allreduce.py) are each one `EventLoop` subclass: a single-threaded,
+non-blocking loop over `select.epoll` and `time.monotonic` that drives sans-I/O `Connection`s. A
+subclass opens its sockets, registers a reader for each, and implements `_turn(now)`: fire due timers,
+handle events, send what is due, and return when it next needs to run. The loop sleeps until then or
+until a socket is readable, reads what is pending, and turns again.
+
+The hot path avoids per-packet work that is not strictly needed: sockets are read in batches, the
+loop re-polls (one syscall for all sockets) rather than trying each socket, bound methods are hoisted
+out of loops, and nothing is logged per packet.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from transport.core.config import TransportConfig
+from transport.core.pump import Datagrams
+
+# Socket buffers large enough to absorb a window's worth of packets between two loop turns; the
+# kernel silently caps them at net.core.{r,w}mem_max.
+SOCKET_BUFFER_BYTES = 4 << 20
+# At most this many datagrams are read per loop turn, so that ACKs and new data are sent between
+# bursts instead of after an arbitrarily long drain.
+RECV_BATCH = 256
+# Timers closer than this are waited for by polling, not sleeping: a sleep and its wake-up cost tens
+# of microseconds, more than such a gap. Longer waits sleep in `Poller.poll`, which sleeps below a
+# millisecond with select(); epoll alone rounds a timeout up to a whole millisecond, which is why a
+# loop on bare epoll has to spin for anything under 1 ms instead.
+SPIN_BELOW = 0.00005
+
+
+class EndpointError(Exception):
+    """Bad input or environment at the socket level (address in use, no receiver, unreachable)."""
+
+
+def tune(sock: socket.socket) -> None:
+    """Large buffers, non-blocking."""
+    for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
+        except OSError:  # pragma: no cover - some sandboxes forbid it; defaults still work
+            pass
+    sock.setblocking(False)
+
+
+@dataclass(slots=True)
+class SendCounters:
+    """What an endpoint's sockets counted while sending (and `refused` while reading, too)."""
+
+    datagrams_sent: int = 0
+    send_errors: int = 0
+    refused: int = 0  # ICMP port-unreachable for an earlier datagram: nobody listens there (yet)
+    last_error: str = ""
+
+
+class SocketSender:
+    """A pump's `send` over sockets: each (datagram, EV) through `send(datagram, ev)`, socket errors
+    counted in `counters`, never raised; `ev_sent` (if given) counts the datagrams of each EV.
+
+    A full socket buffer loses the datagram, which the transport recovers as it would a packet a switch
+    dropped; a refused send reports an ICMP port-unreachable for an earlier datagram.
+    """
+
+    __slots__ = ("counters", "ev_sent", "send")
+
+    def __init__(self, send: Callable[[bytes, int], Any], counters: SendCounters,
+                 ev_sent: list[int] | None = None) -> None:
+        self.send = send
+        self.counters = counters
+        self.ev_sent = ev_sent
+
+    def __call__(self, out: Datagrams, now: float) -> None:
+        send = self.send
+        counters = self.counters
+        ev_sent = self.ev_sent
+        for dgram, ev in out:
+            try:
+                send(dgram, ev)
+            except BlockingIOError:
+                counters.send_errors += 1
+            except ConnectionRefusedError:
+                counters.refused += 1
+            except OSError as exc:
+                counters.send_errors += 1
+                counters.last_error = exc.strerror or str(exc)
+            if ev_sent is not None:
+                ev_sent[ev] += 1
+        counters.datagrams_sent += len(out)
+
+
+def read_batch(recvfrom: Callable[[int], tuple[bytes, Any]], size: int) -> tuple[list[tuple[bytes, Any]], int]:
+    """Up to RECV_BATCH (datagram, source address) pairs from a non-blocking socket, and the reads
+    that took: an ICMP error for an earlier send costs a read and yields nothing."""
+    batch: list[tuple[bytes, Any]] = []
+    append = batch.append
+    reads = 0
+    while reads < RECV_BATCH:
+        try:
+            append(recvfrom(size))
+        except BlockingIOError:
+            break
+        except OSError:
+            pass
+        reads += 1
+    return batch, reads
+
+
+def socket_drops(socks: list[socket.socket]) -> int | None:
+    """Datagrams the kernel dropped on these sockets (receive buffer full), from /proc/net/udp*.
+
+    Read once at the end of a run: cheaper than asking for SO_RXQ_OVFL ancillary data per packet.
+    Returns None where /proc is not available.
+    """
+    inodes = set()
+    for s in socks:
+        try:
+            inodes.add(os.fstat(s.fileno()).st_ino)
+        except OSError:
+            continue
+    total = 0
+    found = False
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            with open(table) as fh:
+                lines = fh.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            # Columns: sl local rem st tx:rx tr:when retrnsmt uid timeout inode ref pointer drops
+            if len(cols) >= 13 and cols[9].isdigit() and int(cols[9]) in inodes:
+                total += int(cols[12])
+                found = True
+    return total if found else None
+
+
+class Poller:
+    """Readiness of a few sockets: `select.epoll` on Linux, `select.poll` elsewhere.
+
+    Used directly rather than through `selectors`, whose per-call wrapping (key objects, a result
+    list) costs more than the poll itself at tens of thousands of turns per second. Timeouts are in
+    seconds; None blocks.
+    """
+
+    def __init__(self) -> None:
+        if hasattr(select, "epoll"):
+            self._ep = select.epoll()
+            self._ms = False
+        else:  # pragma: no cover - not Linux
+            self._ep = select.poll()
+            self._ms = True
+        self._fds: list[int] = []
+        self._select_ok = True
+
+    def register(self, fd: int) -> None:
+        self._ep.register(fd, select.POLLIN)
+        self._fds.append(fd)
+        # select() only takes descriptors below FD_SETSIZE (1024 on Linux).
+        self._select_ok = self._select_ok and fd < 1024
+
+    def poll(self, timeout: float | None) -> list[tuple[int, int]]:
+        if timeout is not None and 0 < timeout < 0.001:
+            if not self._select_ok:
+                return self._ep.poll(0)  # the caller comes straight back: a spin, not a sleep
+            # epoll and poll round timeouts up to whole milliseconds, far longer than an ACK delay
+            # or a pacing gap; select() sleeps with microsecond resolution (and costs more per
+            # call, which only matters when it sleeps anyway).
+            readable = select.select(self._fds, [], [], timeout)[0]
+            return [(fd, select.POLLIN) for fd in readable]
+        if self._ms:  # pragma: no cover
+            return self._ep.poll(None if timeout is None else timeout * 1000.0)
+        return self._ep.poll(-1 if timeout is None else timeout)
+
+    def close(self) -> None:
+        if not self._ms:
+            self._ep.close()
+
+
+class EventLoop:
+    """A poller, a wake-up socket pair for `stop()`, deadlines, progress reports, CPU time.
+
+    Subclasses register each socket with a reader, `reader(now) -> datagrams read`, and implement
+    `_turn(now) -> next wake-up time or None` (and `snapshot()` when they report progress).
+    """
+
+    role = "endpoint"
+
+    def __init__(
+        self,
+        config: TransportConfig,
+        *,
+        duration: float | None = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+        progress_interval: float = 0.5,
+    ) -> None:
+        config.validate()
+        self.config = config
+        self.duration = duration
+        self.progress = progress
+        self.progress_interval = progress_interval
+        self._poller = Poller()
+        self._handlers: dict[int, Callable[[float], int]] = {}
+        self._owned: list[socket.socket] = []
+        # stop() may be called from a signal handler or another thread: writing one byte to this
+        # pair wakes the poll at once instead of waiting for the next timer.
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._wake_fd = self._wake_r.fileno()
+        self._poller.register(self._wake_fd)
+        self._stopping = False
+        self.stop_reason = ""
+        self.started = 0.0
+        self.finished = 0.0
+        self._cpu_started: float | None = None  # process CPU seconds when the loop started / ended
+        self._cpu_finished: float | None = None
+        self._next_progress = 0.0
+        self._recv_size = max(65535, config.mtu + 64)
+
+    def _register(self, sock: socket.socket, reader: Callable[[float], int]) -> None:
+        """Tune `sock`, read it with `reader(now)` whenever it is readable, close it in close()."""
+        tune(sock)
+        self._poller.register(sock.fileno())
+        self._handlers[sock.fileno()] = reader
+        self._owned.append(sock)
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Ask the loop to finish its current turn and return; safe from signal handlers."""
+        if not self._stopping:
+            self.stop_reason = reason
+        self._stopping = True
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for sock in (*self._owned, self._wake_r, self._wake_w):
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self._poller.close()
+
+    # Subclasses fill these in.
+    def _turn(self, now: float) -> float | None:  # returns the next wake-up time
+        raise NotImplementedError
+
+    def snapshot(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _run_loop(self) -> None:
+        mono = time.monotonic
+        poll = self._poller.poll
+        handlers = self._handlers
+        wake_fd = self._wake_fd
+        self.started = mono()
+        self._cpu_started = time.process_time()
+        deadline = self.started + self.duration if self.duration else None
+        self._next_progress = self.started + self.progress_interval
+        try:
+            while not self._stopping:
+                now = mono()
+                if deadline is not None and now >= deadline:
+                    self.stop_reason = self.stop_reason or "duration"
+                    break
+                wake = self._turn(now)
+                if self._stopping:
+                    break
+                if deadline is not None and (wake is None or deadline < wake):
+                    wake = deadline
+                if self.progress is not None:
+                    if now >= self._next_progress:
+                        self.progress(self.snapshot())
+                        self._next_progress = now + self.progress_interval
+                    if wake is None or self._next_progress < wake:
+                        wake = self._next_progress
+                timeout = None if wake is None else wake - now
+                if timeout is not None and timeout < SPIN_BELOW:
+                    # Too close to be worth sleeping for: poll without blocking and come
+                    # straight back instead.
+                    timeout = 0.0
+                ready = poll(timeout)
+                if not ready:
+                    continue
+                now = mono()
+                # Read until nothing is pending (or a batch is full) before the next turn, so that
+                # a turn processes many ACKs at once. Re-polling is one syscall for all sockets,
+                # cheaper than a failing recv() per socket when ACKs are spread over many EVs.
+                n = 0
+                while ready:
+                    for fd, _ in ready:
+                        if fd == wake_fd:
+                            try:
+                                self._wake_r.recv(64)
+                            except OSError:
+                                pass
+                            continue
+                        n += handlers[fd](now)
+                    if n >= RECV_BATCH or self._stopping:
+                        break
+                    ready = poll(0)
+        finally:
+            self.finished = mono()
+            self._cpu_finished = time.process_time()
+
+    def cpu_metrics(self) -> dict[str, float]:
+        """CPU seconds of this process: while the loop ran (the traffic), and in all (start-up too)."""
+        end = self._cpu_finished if self._cpu_finished is not None else time.process_time()
+        start = self._cpu_started if self._cpu_started is not None else end
+        return {"cpu_run_s": round(end - start, 4),
+                "cpu_total_s": round(time.process_time(), 4)}

@@ -1,0 +1,415 @@
+"""The srd receiver: one UDP port serving any number of sender connections.
+
+Datagrams are demultiplexed by (peer IP, connection id): the peer's source *port* varies with the
+EV, so it cannot be part of the key. The first valid DATA packet of an unknown connection creates its
+`Connection`, and each ACK goes to the source address of the DATA packet that triggered it (the ACK
+names that packet's EV), so it reaches the sender's socket for that EV.
+
+What a datagram can make the receiver hold is bounded (the transport trusts the fabric, but not
+every datagram on it; docs/transport.md, "Trust model"): at most `max_connections` connections, at
+most `max_connections_per_source` from one source address, each forgotten once it has been silent for
+`idle_timeout` and owes nothing; addresses are learnt only from datagrams that passed the CRC.
+Connection timers wait in a heap, so a loop turn touches only the connections that are due or active.
+"""
+
+from __future__ import annotations
+
+import errno
+import heapq
+import itertools
+import logging
+import socket
+import struct
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from transport.core import wire
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection
+from transport.core.events import Event, MessageReceived
+from transport.core.pump import Pump, linger
+from transport.core.schema import ReceiverConnection, ReceiverMetrics
+from transport.io.addressing import DEFAULT_PORT
+from transport.io.eventloop import EndpointError, EventLoop, SendCounters, SocketSender, read_batch, socket_drops
+from transport.io.workload import SEQ_LEN, check_payload, make_payload, payload_seq
+
+log = logging.getLogger(__name__)
+
+_TYPE_DATA = wire.TYPE_DATA
+_TYPE_OFFSET = wire.TYPE_OFFSET
+_EV_OFFSET = wire.EV_OFFSET
+# Connections examined for expiry in one loop turn at most: forgetting one computes its final record
+# (~20 us), and a burst of them falling due together must not hold up the traffic of the others.
+_EXPIRE_PER_TURN = 64
+
+
+class _Peer:
+    """One connection at the receiver, with the address its ACKs and responses go to."""
+
+    __slots__ = (
+        "addr", "bytes", "conn", "connection_id", "corrupt", "datagrams", "duplicates", "evaddr", "first",
+        "host", "key", "last", "last_message", "messages", "ports", "pump", "seen", "timer",
+    )
+
+    def __init__(self, conn: Connection, connection_id: int, addr: tuple[Any, ...], now: float) -> None:
+        self.conn = conn
+        self.connection_id = connection_id
+        self.addr = addr
+        self.host = addr[0]
+        self.key = (addr[0], connection_id)
+        self.first = now
+        self.last = now  # the latest datagram
+        self.timer: float | None = None  # the deadline this peer has in the receiver's timer heap
+        self.last_message = now
+        self.bytes = 0
+        self.messages = 0
+        self.datagrams = 0
+        self.corrupt = 0
+        self.duplicates = 0
+        self.ports: dict[int, int] = {}
+        self.evaddr: dict[int, tuple[Any, ...]] = {}
+        self.seen: set[int] | None = None
+        self.pump: Pump  # set by the receiver, whose sends it makes
+
+
+class Receiver(EventLoop):
+    """Listens on one UDP port and serves any number of sender connections."""
+
+    role = "receiver"
+
+    def __init__(
+        self,
+        config: TransportConfig,
+        *,
+        bind: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        expect_bytes: int = 0,
+        duration: float | None = None,
+        echo: bool = False,
+        response_size: int = 0,
+        verify: bool = False,
+        linger: float = 0.5,
+        on_message: Callable[[int, int, bytes], None] | None = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        super().__init__(config, duration=duration, progress=progress)
+        if expect_bytes < 0:
+            raise EndpointError(f"expected bytes must be >= 0, got {expect_bytes}")
+        if response_size < 0:
+            raise EndpointError(f"response size must be >= 0, got {response_size}")
+        if not 0 <= port <= 65535:
+            raise EndpointError(f"port {port} is out of range; use 1-65535")
+        self.bind, self.port = bind, port
+        self.expect_bytes = expect_bytes
+        self.echo = echo
+        self.response_size = response_size
+        self.verify = verify
+        self.linger = linger
+        self.on_message = on_message
+        self.sock: socket.socket | None = None
+        self.peers: dict[tuple[Any, int], _Peer] = {}
+        self._active: set[_Peer] = set()
+        # (deadline, tie-break, peer): a peer's entry is live while its deadline is peer.timer;
+        # entries left behind when a timer moves are skipped as they surface.
+        self._timers: list[tuple[float, int, _Peer]] = []
+        # (when to look at the peer again, tie-break, peer): whether it has gone idle.
+        self._expiry: list[tuple[float, int, _Peer]] = []
+        self._tie = itertools.count()
+        self._per_source: dict[Any, int] = {}
+        self._expired: list[ReceiverConnection] = []  # records of forgotten connections, capped
+        self.connections_refused = 0
+        self.connections_expired = 0
+        self.datagrams_received = 0
+        self.invalid = 0
+        self.sent = SendCounters()
+        self.bytes = 0
+        self.messages = 0
+        self.first_packet: float | None = None
+        self.last_message: float | None = None
+        self._done_at: float | None = None
+        self._last_rx = 0.0
+        self._magic = struct.pack("!H", wire.MAGIC)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound address (useful with port 0)."""
+        assert self.sock is not None, "call open() first"
+        host, port = self.sock.getsockname()[:2]
+        return host, port
+
+    def open(self) -> None:
+        family = socket.AF_INET6 if ":" in self.bind else socket.AF_INET
+        s = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            s.bind((self.bind, self.port))
+        except OSError as exc:
+            s.close()
+            if exc.errno == errno.EADDRINUSE:
+                raise EndpointError(f"port {self.port} is in use on {self.bind}; choose another --port") from exc
+            raise EndpointError(f"cannot bind {self.bind}:{self.port}: {exc.strerror}; check --bind") from exc
+        self._register(s, partial(self._drain, s.recvfrom))
+        self.sock = s
+
+    def _new_peer(self, data: bytes, cid: int, addr: tuple[Any, ...], now: float) -> _Peer | None:
+        """The connection a datagram of an unknown (source, connection id) opens; None (counted as
+        invalid or refused) when it opens none."""
+        # Only a well-formed DATA packet opens a connection: stray ACKs or garbage must not make
+        # the receiver allocate state.
+        try:
+            packet = wire.decode(data)
+        except Exception:  # decode errors of any kind mean "not ours"
+            packet = None
+        if not isinstance(packet, wire.DataPacket):
+            self.invalid += 1
+            return None
+        config = self.config
+        host = addr[0]
+        from_host = self._per_source.get(host, 0)
+        if len(self.peers) >= config.max_connections or from_host >= config.max_connections_per_source:
+            if not self.connections_refused:
+                log.warning(
+                    "refusing new connections: %d held (max_connections %d), %d from %s "
+                    "(max_connections_per_source %d)", len(self.peers), config.max_connections, from_host, host,
+                    config.max_connections_per_source,
+                )
+            self.connections_refused += 1
+            return None
+        conn = Connection(config, cid, seed=cid)
+        peer = _Peer(conn, cid, addr, now)
+        if self.verify:
+            peer.seen = set()
+        sendto = self.sock.sendto  # type: ignore[union-attr]  # the datagram came in on it
+        evaddr_get = peer.evaddr.get
+        # Each ACK goes back to the address that sent the DATA it names (peer.addr: the latest one).
+        peer.pump = Pump(conn, SocketSender(lambda dgram, ev: sendto(dgram, evaddr_get(ev, peer.addr)), self.sent),
+                         partial(self._on_event, peer))
+        self.peers[peer.key] = peer
+        self._per_source[host] = from_host + 1
+        if config.idle_timeout > 0:
+            heapq.heappush(self._expiry, (now + config.idle_timeout, next(self._tie), peer))
+        log.info("new connection %#x from %s:%d", cid, addr[0], addr[1])
+        return peer
+
+    def _expire(self, now: float) -> None:
+        """Forget connections silent for idle_timeout that owe nothing and hold nothing undelivered."""
+        idle = self.config.idle_timeout
+        heap = self._expiry
+        peers = self.peers
+        for _ in range(_EXPIRE_PER_TURN):
+            if not heap or heap[0][0] > now:
+                return
+            _, _, peer = heapq.heappop(heap)
+            if peers.get(peer.key) is not peer:
+                continue
+            quiet_until = peer.last + idle
+            if quiet_until > now:
+                heapq.heappush(heap, (quiet_until, next(self._tie), peer))  # heard from since
+            elif not peer.conn.idle or peer.conn.stats.reassembly_bytes:
+                # Data of its own not yet acknowledged, an ACK owed, or fragments held: not yet.
+                heapq.heappush(heap, (now + idle, next(self._tie), peer))
+            else:
+                self._forget(peer)
+
+    def _forget(self, peer: _Peer) -> None:
+        del self.peers[peer.key]
+        left = self._per_source[peer.host] - 1
+        if left:
+            self._per_source[peer.host] = left
+        else:
+            del self._per_source[peer.host]
+        peer.timer = None  # its timer heap entries are stale now
+        self._active.discard(peer)
+        self.connections_expired += 1
+        # The final record stays in the metrics (an experiment joins it with the sender's), for as
+        # many forgotten connections as may be held at once; beyond that they are only counted.
+        if len(self._expired) < self.config.max_connections:
+            self._expired.append(self._record(peer))
+        log.info("connection %#x from %s idle for %g s: forgotten", peer.connection_id, peer.host,
+                 self.config.idle_timeout)
+
+    def _drain(self, recvfrom: Callable[[int], tuple[bytes, Any]], now: float) -> int:
+        # One socket for all peers: drain it, so the failing recv() at the end is amortised.
+        size = self._recv_size
+        peers = self.peers
+        read_cid = wire.read_conn_id
+        active = self._active
+        magic = self._magic
+        # An ICMP error for an earlier reply (the sender went away) counts as a read.
+        batch, n = read_batch(recvfrom, size)
+        for data, addr in batch:
+            if magic is not None and not data.startswith(magic):
+                self.invalid += 1
+                continue
+            try:
+                cid = read_cid(data)
+            except struct.error:
+                self.invalid += 1
+                continue
+            peer = peers.get((addr[0], cid))
+            if peer is None:
+                peer = self._new_peer(data, cid, addr, now)
+                if peer is None:
+                    continue
+            peer.datagrams += 1
+            peer.last = now
+            ports = peer.ports
+            port = addr[1]
+            ports[port] = ports.get(port, 0) + 1
+            if peer.conn.receive_datagram(data, now):
+                # Addresses are learnt only from datagrams that parsed and passed the CRC, so
+                # that a garbage packet with a forged source cannot redirect the ACKs.
+                peer.addr = addr
+                if data[_TYPE_OFFSET] == _TYPE_DATA:
+                    # Remember which source address carries each EV: an ACK names the EV of the
+                    # DATA that triggered it and goes back to the socket that sent that DATA.
+                    peer.evaddr[data[_EV_OFFSET] << 8 | data[_EV_OFFSET + 1]] = addr
+            active.add(peer)
+        if n:
+            self.datagrams_received += n
+            self._last_rx = now
+            if self.first_packet is None:
+                self.first_packet = now
+        return n
+
+    def _on_event(self, peer: _Peer, event: Event, now: float) -> None:
+        if not isinstance(event, MessageReceived):
+            return
+        data = event.data
+        size = len(data)
+        peer.bytes += size
+        peer.messages += 1
+        peer.last_message = now
+        self.bytes += size
+        self.messages += 1
+        self.last_message = now
+        if peer.seen is not None:
+            if not check_payload(data):
+                peer.corrupt += 1
+            seq = payload_seq(data)
+            if seq in peer.seen:
+                peer.duplicates += 1
+            peer.seen.add(seq)
+        if self.on_message is not None:
+            self.on_message(peer.connection_id, event.msg_id, data)
+        if self.echo:
+            peer.conn.send_message(data)
+        elif self.response_size:
+            # The response starts with the request's sequence prefix so the sender can match it.
+            peer.conn.send_message(data[:SEQ_LEN] + make_payload(payload_seq(data), self.response_size)[SEQ_LEN:]
+                                   if self.response_size > SEQ_LEN else data[: self.response_size])
+
+    def _turn(self, now: float) -> float | None:
+        active = self._active
+        timers = self._timers
+        heappop, heappush = heapq.heappop, heapq.heappush
+        while timers and timers[0][0] <= now:
+            t, _, peer = heappop(timers)
+            if peer.timer != t:
+                continue  # moved or forgotten since
+            peer.timer = None
+            peer.conn.handle_timer(now)
+            active.add(peer)
+        if self._expiry and self._expiry[0][0] <= now:
+            self._expire(now)
+        tie = self._tie
+        for peer in active:
+            pump = peer.pump
+            pump.events(now)
+            pump.flush(now)
+            # Only what ran this turn can have moved its timer.
+            timer = pump.timer()
+            if timer != peer.timer:
+                peer.timer = timer
+                if timer is not None:
+                    heappush(timers, (timer, next(tie), peer))
+        active.clear()
+        while timers and timers[0][2].timer != timers[0][0]:
+            heappop(timers)
+        if len(timers) > 4 * len(self.peers) + 64:
+            # Timers that keep moving leave stale entries behind: rebuild from the live ones.
+            timers[:] = [e for e in timers if e[2].timer == e[0]]
+            heapq.heapify(timers)
+        wake = timers[0][0] if timers else None
+        if self._expiry:
+            t = self._expiry[0][0]
+            if wake is None or t < wake:
+                wake = t
+        if self.expect_bytes and self.bytes >= self.expect_bytes:
+            # Linger until the senders have gone quiet so that a lost final ACK can be repeated.
+            if self._done_at is None:
+                self._done_at = now
+            over, until = linger(now, self._done_at, self._last_rx, self.linger)
+            if over:
+                self.stop("expected bytes received")
+                return None
+            if wake is None or until < wake:
+                wake = until
+        return wake
+
+    def run(self) -> dict[str, Any]:
+        if self.sock is None:
+            self.open()
+        try:
+            self._run_loop()
+            self._socket_drops = socket_drops([self.sock]) if self.sock else None
+            return self.metrics()
+        finally:
+            self.close()
+
+    def snapshot(self) -> dict[str, Any]:
+        elapsed = max(1e-9, time.monotonic() - (self.first_packet or self.started))
+        return {
+            "role": self.role,
+            "elapsed": elapsed,
+            "bytes": self.bytes,
+            "messages": self.messages,
+            "connections": len(self.peers),
+            "goodput_bps": 8 * self.bytes / elapsed,
+        }
+
+    def metrics(self) -> ReceiverMetrics:
+        start = self.first_packet or self.started
+        end = self.last_message or start
+        duration = end - start
+        wall = (self.finished or time.monotonic()) - self.started
+        return {
+            **self.cpu_metrics(),
+            "role": self.role,
+            "listen": f"{self.bind}:{self.port if self.sock is None else self.sock.getsockname()[1]}",
+            "stop_reason": self.stop_reason,
+            "duration": duration,
+            "wall_time": wall,
+            "bytes": self.bytes,
+            "goodput_bps": 8 * self.bytes / duration if duration > 0 else 0.0,
+            "messages": self.messages,
+            "datagrams_received": self.datagrams_received,
+            "datagrams_sent": self.sent.datagrams_sent,
+            "pps_received": self.datagrams_received / duration if duration > 0 else 0.0,
+            "invalid_datagrams": self.invalid,
+            # Any failed send: a receiver's unconnected socket has no refused count of its own.
+            "send_errors": self.sent.send_errors + self.sent.refused,
+            "socket_drops": getattr(self, "_socket_drops", None),
+            "expect_bytes": self.expect_bytes,
+            "config": self.config.to_dict(),
+            "connections_refused": self.connections_refused,
+            "connections_expired": self.connections_expired,
+            "connections": [*self._expired, *(self._record(p) for p in self.peers.values())],
+        }
+
+    @staticmethod
+    def _record(p: _Peer) -> ReceiverConnection:
+        return {
+            "connection_id": p.connection_id,
+            "peer": f"{p.host}",
+            "bytes": p.bytes,
+            "messages": p.messages,
+            "datagrams": p.datagrams,
+            "duration": p.last_message - p.first,
+            "goodput_bps": 8 * p.bytes / (p.last_message - p.first) if p.last_message > p.first else 0.0,
+            "source_port_datagrams": {str(k): v for k, v in sorted(p.ports.items())},
+            "corrupt_messages": p.corrupt if p.seen is not None else None,
+            "duplicate_messages": p.duplicates if p.seen is not None else None,
+            "transport": p.conn.metrics(),
+        }
