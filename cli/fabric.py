@@ -137,6 +137,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         ("htb (link rates)", c.htb, True, "yes" if c.htb else "kernel lacks sch_htb"),
         ("netem (delay, loss)", c.netem, False,
          "yes" if c.netem else "no: link delay unavailable; loss falls back to nftables"),
+        ("red (ecn marking)", c.red_ecn, False,
+         "yes" if c.red_ecn else "no: this kernel has no sch_red (the VM's has: make vm-shell)"),
         ("nftables", c.nftables, False, "yes" if c.nftables else "apt-get install nftables"),
         ("nft egress loss", c.nft_egress, False, "yes" if c.nft_egress else "no netdev egress hook"),
         ("loss method", c.loss_method is not None, False, c.loss_method or "none: random loss unavailable"),

@@ -16,6 +16,7 @@ from typing import Any
 
 from emulator.errors import EmulatorError
 from emulator.state import kill_pid
+from emulator.system import slowdown
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class ControllerProcess:
         self.of_port = free_port()
         self.api_port = free_port()
         self.proc: subprocess.Popen | None = None
-        self.client = ControllerClient(self.api_port)
+        self.client = ControllerClient(self.api_port, timeout=10.0 * slowdown())
 
     @property
     def pid(self) -> int | None:
@@ -126,6 +127,7 @@ class ControllerProcess:
 
     def wait_listening(self, timeout: float = 20.0) -> None:
         """Wait until the OpenFlow port (and unix socket, if asked for) and the API answer."""
+        timeout *= slowdown()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc and self.proc.poll() is not None:

@@ -29,7 +29,7 @@ from emulator.errors import EmulatorError
 from emulator.ovs_daemons import RECONNECT_MS
 from emulator.shaping import Impairment, InterfaceShaper, initial_shape_commands, rate_change_command, tc_batch
 from emulator.state import BRIDGE_MARK, RunState, active_runs, interface_exists
-from emulator.system import Capabilities, capabilities, require_ready
+from emulator.system import Capabilities, capabilities, require_ready, slowdown
 from topologies.model import KERNEL_MTU, Link, Topology
 from transport.core.contract import ROUTING_MODES
 
@@ -96,6 +96,8 @@ class Fabric:
         self.state: RunState | None = None
         self.workdir: Path | None = None
         self.shaper: InterfaceShaper | None = None
+        self._ecn: set[str] = set()  # interfaces whose egress marks ECN (set_ecn)
+        self._loss: dict[str, float] = {}  # interfaces whose loss was changed at runtime (set_loss)
         self._old_handlers: dict[int, Any] = {}
         self._started = False
 
@@ -144,7 +146,7 @@ class Fabric:
                 "use isolation 'shared'"
             )
         self.isolation = isolation
-        self.shaper = InterfaceShaper(netem=caps.netem, nft_egress=caps.nft_egress)
+        self.shaper = InterfaceShaper(netem=caps.netem, nft_egress=caps.nft_egress, red_ecn=caps.red_ecn)
         self._check_impairments_supported()
         self._check_no_clash()
 
@@ -176,7 +178,7 @@ class Fabric:
 
         t_ready = time.monotonic()
         n = len(self.topology.switches)
-        self.controller.wait_ready(self.ready_timeout or 30.0 + 1.0 * n)
+        self.controller.wait_ready(self.ready_timeout or (30.0 + 1.0 * n) * slowdown())
         now = time.monotonic()
         self.timings.ready_s = now - t_ready
         self.timings.bring_up_s = now - t0
@@ -194,7 +196,7 @@ class Fabric:
             if lk.delay_ms > 0 and not self.caps.netem:
                 raise EmulatorError(
                     f"link {lk.name} asks for delay_ms={lk.delay_ms}, but this kernel has no netem "
-                    "(sch_netem): remove the delay, or run in the VM whose kernel has netem"
+                    "(sch_netem): remove the delay, or run it in the VM, whose kernel has netem (make vm-shell)"
                 )
             if lk.loss_pct > 0 and self.caps.loss_method is None:
                 raise EmulatorError(
@@ -296,8 +298,8 @@ class Fabric:
         per_node: dict[str, list[list[str]]] = {}
         lossy: list[tuple[Link, str, Impairment]] = []
         for lk in self.topology.links:
-            imp = Impairment(lk.rate_mbps, lk.delay_ms, lk.loss_pct, lk.queue_packets)
             for end in (lk.a, lk.b):
+                imp = self._impairment(lk, end)
                 cmds = initial_shape_commands(lk.intf(end), imp, netem=self.shaper.netem)
                 key = ROOT_NAMESPACE if self._in_root_namespace(end) else end
                 per_node.setdefault(key, []).extend(cmds)
@@ -333,6 +335,12 @@ class Fabric:
                 failed.append(f"{node.name}: {out.strip()[-300:]}")
         if failed:
             raise EmulatorError("shaping links failed: " + "; ".join(failed))
+
+    def _impairment(self, lk: Link, end: str, loss_pct: float | None = None) -> Impairment:
+        """What lk's egress at `end` is configured with now (the topology's values plus runtime changes)."""
+        if loss_pct is None:
+            loss_pct = self._loss.get(lk.intf(end), lk.loss_pct)
+        return Impairment(lk.rate_mbps, lk.delay_ms, loss_pct, lk.queue_packets, ecn=lk.intf(end) in self._ecn)
 
     def _runner_for(self, node_name: str):
         if self.topology.node(node_name).is_switch and not self.isolated:
@@ -435,7 +443,7 @@ class Fabric:
         self.state.controller_pid = self.controller.pid
         self.state.save()
         self.controller.wait_listening()
-        self.controller.wait_ready(self.ready_timeout or 30.0 + 1.0 * len(self.topology.switches))
+        self.controller.wait_ready(self.ready_timeout or (30.0 + 1.0 * len(self.topology.switches)) * slowdown())
         return time.monotonic() - t0
 
     def set_mode(self, mode: str) -> dict:
@@ -467,13 +475,37 @@ class Fabric:
         assert self.shaper is not None and self.state is not None
         lk = self._link(a, b)
         ends = {"both": (lk.a, lk.b), "a": (lk.a,), "b": (lk.b,)}[direction]
-        imp = Impairment(lk.rate_mbps, lk.delay_ms, loss_pct, lk.queue_packets)
         for end in ends:
+            imp = self._impairment(lk, end, loss_pct)
             tables = self.shaper.set_loss(lk.intf(end), loss_pct, self._runner_for(end), imp)
+            self._loss[lk.intf(end)] = loss_pct
             if self._in_root_namespace(end):
                 self.state.nft_tables = sorted(set(self.state.nft_tables) | set(tables))
         self.state.save()
         return self.shaper.loss_method or "none"
+
+    def set_ecn(self, a: str, b: str, on: bool = True, direction: str = "both") -> list[str]:
+        """RED with ECN marking on the link a-b's egress queues (on=False restores the plain queue); the
+        link keeps its rate, delay and loss. Returns the interfaces changed. Needs sch_red (the VM)."""
+        assert self.shaper is not None and self.state is not None
+        lk = self._link(a, b)
+        ends = {"both": (lk.a, lk.b), "a": (lk.a,), "b": (lk.b,)}[direction]
+        changed = []
+        for end in ends:
+            intf = lk.intf(end)
+            before = set(self._ecn)
+            (self._ecn.add if on else self._ecn.discard)(intf)
+            try:
+                tables = self.shaper.apply(intf, self._impairment(lk, end), self._runner_for(end))
+            except EmulatorError:
+                self._ecn = before
+                raise
+            if self._in_root_namespace(end):
+                self.state.nft_tables = sorted(set(self.state.nft_tables) | set(tables))
+            changed.append(intf)
+        self.state.save()
+        log.info("link %s: ECN marking %s on %s", lk.name, "on" if on else "off", ", ".join(changed))
+        return changed
 
     def set_rate(self, a: str, b: str, rate_mbps: float) -> None:
         """Change the rate of link a-b in both directions at runtime."""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from emulator.errors import EmulatorError
 from emulator.network import Fabric
+from emulator.system import slowdown
 from topologies.model import Topology
 from transport.core.contract import DEFAULT_BASE_PORT
 
@@ -127,13 +128,14 @@ def run_probe(
     out_file = fab.workdir / f"probe-{time.monotonic_ns()}.json"
     ready_file = out_file.with_suffix(".ready")
     duration = packets / rate_pps
+    slow = slowdown()
     recv = fab.host(dst).popen(
-        [sys.executable, "-m", "emulator.probe_agent", "recv", "--port", str(PROBE_PORT), "--idle", "1.0",
-         "--deadline", str(duration + 30), "--out", str(out_file), "--ready", str(ready_file)],
+        [sys.executable, "-m", "emulator.probe_agent", "recv", "--port", str(PROBE_PORT), "--idle", str(slow),
+         "--deadline", str(duration + 30 * slow), "--out", str(out_file), "--ready", str(ready_file)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     try:
-        _wait_for(ready_file, recv, 10.0)
+        _wait_for(ready_file, recv, 10.0 * slow)
         before = {s: switch_rx_packets(fab.ofctl_target(s)) for s in switches}
         sources = ROTATE_SOURCES if entropy == "rotate" else 1
         send = fab.host(src).popen(
@@ -145,11 +147,11 @@ def run_probe(
         if during is not None:
             time.sleep(during_at)
             during()
-        sout, serr = send.communicate(timeout=duration + 60)
+        sout, serr = send.communicate(timeout=duration + 60 * slow)
         if send.returncode != 0:
             raise EmulatorError(f"probe sender failed: {serr.decode().strip()[-300:]}")
         sent = json.loads(sout)["sent"]
-        recv.wait(timeout=duration + 40)
+        recv.wait(timeout=duration + 40 * slow)
         if not out_file.exists():
             raise EmulatorError(f"probe receiver failed: {recv.stderr.read().decode().strip()[-300:]}")
         got = json.loads(out_file.read_text())

@@ -1,4 +1,5 @@
-"""Link shaping and impairments on one interface: HTB for the rate, netem or nftables for delay and loss.
+"""Link shaping and impairments on one interface: HTB for the rate, netem or nftables for delay and loss,
+RED for ECN marking (where the kernel has sch_red: the VM's does).
 
 Every command is built here as an argument list and run through a `runner` (the root namespace or a
 Mininet host's shell), so the same code serves switch-side and host-side interfaces. Which method
@@ -24,6 +25,10 @@ Runner = Callable[[list[str]], tuple[int, str]]
 HTB_HANDLE = "5:"
 HTB_CLASS = "5:1"
 LEAF_HANDLE = "10:"
+# With ECN marking, RED sits under HTB and the netem or pfifo leaf under RED's one class.
+RED_HANDLE = "10:"
+RED_CLASS = "10:1"
+RED_LEAF_HANDLE = "20:"
 # Loss granularity: nftables draws from numgen mod LOSS_SCALE, so 0.01 % steps.
 LOSS_SCALE = 10000
 
@@ -34,6 +39,19 @@ class Impairment:
     delay_ms: float = 0.0
     loss_pct: float = 0.0
     queue_packets: int | None = None
+    ecn: bool = False
+
+
+def red_ecn_args(rate_mbps: float | None) -> list[str]:
+    """RED that marks ECN-capable packets CE instead of dropping them, sized to the link's rate: marking
+    starts at about 5 ms of queue, is certain from 15 ms, and the queue is capped at 120 ms."""
+    rate = rate_mbps or 1000.0
+    min_bytes = max(15000, int(rate * 125 * 5))  # 125 bytes per ms per Mb/s
+    max_bytes = 3 * min_bytes
+    avpkt = 1000
+    burst = (2 * min_bytes + max_bytes) // (3 * avpkt) + 1
+    return ["red", "limit", str(8 * max_bytes), "min", str(min_bytes), "max", str(max_bytes), "avpkt", str(avpkt),
+            "burst", str(burst), "bandwidth", f"{rate}mbit", "probability", "0.1", "ecn"]
 
 
 def nft_table_name(intf: str) -> str:
@@ -68,7 +86,7 @@ def shape_commands(intf: str, imp: Impairment, *, netem: bool) -> list[list[str]
         if not netem:
             raise EmulatorError(
                 f"{intf}: a delay of {imp.delay_ms} ms needs netem (sch_netem), which this kernel lacks; "
-                "remove the delay (delay=0) or run in the VM, whose kernel has netem"
+                "remove the delay (delay=0) or run it in the VM, whose kernel has netem (make vm-shell)"
             )
         leaf = ["netem"]
         if imp.delay_ms > 0:
@@ -80,10 +98,13 @@ def shape_commands(intf: str, imp: Impairment, *, netem: bool) -> list[list[str]
         leaf = ["pfifo", "limit", str(imp.queue_packets)]
     else:
         leaf = []
-    if leaf:
-        where = parent.split() if parent != "root" else ["root"]
-        handle = ["handle", LEAF_HANDLE]
-        cmds.append(["tc", "qdisc", "add", "dev", intf, *where, *handle, *leaf])
+    where = parent.split() if parent != "root" else ["root"]
+    if imp.ecn:
+        cmds.append(["tc", "qdisc", "add", "dev", intf, *where, "handle", RED_HANDLE, *red_ecn_args(imp.rate_mbps)])
+        if leaf:
+            cmds.append(["tc", "qdisc", "add", "dev", intf, "parent", RED_CLASS, "handle", RED_LEAF_HANDLE, *leaf])
+    elif leaf:
+        cmds.append(["tc", "qdisc", "add", "dev", intf, *where, "handle", LEAF_HANDLE, *leaf])
     return cmds
 
 
@@ -114,9 +135,10 @@ def nft_loss_ruleset(intf: str, loss_pct: float) -> str:
 class InterfaceShaper:
     """Applies and changes impairments on interfaces; knows whether to use netem or nftables."""
 
-    def __init__(self, *, netem: bool, nft_egress: bool) -> None:
+    def __init__(self, *, netem: bool, nft_egress: bool, red_ecn: bool = False) -> None:
         self.netem = netem
         self.nft_egress = nft_egress
+        self.red_ecn = red_ecn
 
     @property
     def loss_method(self) -> str | None:
@@ -124,6 +146,11 @@ class InterfaceShaper:
 
     def apply(self, intf: str, imp: Impairment, run: Runner) -> list[str]:
         """Configure intf; returns the nftables tables created (the caller records them)."""
+        if imp.ecn and not self.red_ecn:
+            raise EmulatorError(
+                f"{intf}: ECN marking needs RED (sch_red), which this kernel lacks; "
+                "run it in the VM, whose kernel has RED (make vm-shell)"
+            )
         for cmd in shape_commands(intf, imp, netem=self.netem):
             code, out = run(cmd)
             # Deleting a root qdisc that is not there fails harmlessly.
@@ -141,6 +168,7 @@ class InterfaceShaper:
                 delay_ms=imp.delay_ms if imp else 0.0,
                 loss_pct=loss_pct,
                 queue_packets=imp.queue_packets if imp else None,
+                ecn=imp.ecn if imp else False,
             )
             self.apply(intf, imp, run)
             return []

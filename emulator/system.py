@@ -1,4 +1,4 @@
-"""What this machine can do for the emulator: root, Open vSwitch, datapath, netem, nftables, tools.
+"""What this machine can do for the emulator: root, Open vSwitch, datapath, netem, RED, nftables, tools.
 
 Every probe is side-effect free for the rest of the machine: kernel features are tried inside a
 throw-away network namespace of our own, which is deleted again.
@@ -19,6 +19,15 @@ log = logging.getLogger(__name__)
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 
 
+def slowdown() -> float:
+    """How many times slower than usual this machine runs (FABRICLAB_SLOWDOWN, default 1): the emulator's
+    waits for processes to start scale by it. The VM sets it under qemu's TCG, where Python runs ~8x slower."""
+    try:
+        return max(1.0, float(os.environ.get("FABRICLAB_SLOWDOWN", "1")))
+    except ValueError:
+        return 1.0
+
+
 @dataclass(frozen=True)
 class Capabilities:
     root: bool
@@ -27,6 +36,7 @@ class Capabilities:
     kernel_datapath: bool
     netem: bool
     htb: bool
+    red_ecn: bool
     nftables: bool
     nft_egress: bool
     mininet: str | None
@@ -114,6 +124,13 @@ def netem_available() -> bool:
     return _in_scratch_netns([["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]])
 
 
+def red_ecn_available() -> bool:
+    """Whether the kernel has RED (sch_red) and lets it mark ECN instead of dropping."""
+    return _in_scratch_netns([["tc", "qdisc", "add", "dev", "lo", "root", "red", "limit", "400000", "min", "30000",
+                               "max", "90000", "avpkt", "1000", "burst", "55", "bandwidth", "10mbit",
+                               "probability", "0.1", "ecn"]])
+
+
 def htb_available() -> bool:
     return _in_scratch_netns([["tc", "qdisc", "add", "dev", "lo", "root", "handle", "5:", "htb"]])
 
@@ -161,6 +178,7 @@ def capabilities() -> Capabilities:
         kernel_datapath=root and kernel_datapath_available(),
         netem=root and netem_available(),
         htb=root and htb_available(),
+        red_ecn=root and red_ecn_available(),
         nftables=shutil.which("nft") is not None,
         nft_egress=root and nft_egress_available(),
         mininet=mininet_version(),

@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
 # Idempotent set-up for fabriclab on Debian/Ubuntu, as root:
-# apt packages, a venv from the system Python (Mininet's module comes from apt), and a running Open vSwitch.
+# apt packages, a venv from the system Python (Mininet's module comes from apt), and a running Open vSwitch
+# (on the kernel datapath where the kernel has the openvswitch module, as in the VM; userspace otherwise).
+# The same script provisions the VM image (scripts/vm/build.sh runs it in the image's chroot, where nothing
+# is started) and runs again at each boot of that VM.
+#   VENV=DIR               where the venv goes (default .venv)
+#   FABRICLAB_DEV_TOOLS=0  leave out Chromium and Vagrant, which only the test suite uses (the live view's
+#                          browser test, the Vagrantfile's validation); the VM image does
+#   FABRICLAB_IMAGE_BUILD=1  install only, start nothing (building an image in a chroot)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
-APT_PACKAGES=(mininet openvswitch-switch nftables iperf3 iputils-ping ethtool iproute2 procps
-              python3-venv python3-pip tcpdump chromium chromium-driver)
+APT_PACKAGES=(mininet openvswitch-switch nftables iperf3 iputils-ping ethtool iproute2 procps kmod
+              python3-venv python3-pip tcpdump)
 # Vagrant is only used to validate the Vagrantfile; it is optional (not in every Ubuntu release).
 OPTIONAL_PACKAGES=(vagrant)
+if [ "${FABRICLAB_DEV_TOOLS:-1}" != 0 ]; then
+    APT_PACKAGES+=(chromium chromium-driver)
+else
+    OPTIONAL_PACKAGES=()
+fi
 
 log() { printf '[setup] %s\n' "$*"; }
 
@@ -40,11 +52,30 @@ if [ ! -x "$VENV/bin/python" ]; then
     log "creating venv $VENV from /usr/bin/python3 (--system-site-packages)"
     /usr/bin/python3 -m venv --system-site-packages "$VENV"
 fi
+# Reinstall when pyproject.toml's content changes, not its date: a fresh clone (or the VM, which sees the
+# project through a share) has new dates on old content.
 stamp="$VENV/.fabriclab-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     log "installing fabriclab into $VENV (pip install -e .[test])"
     "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[test]'
-    touch "$stamp"
+    echo "$want" >"$stamp"
+fi
+
+# In a chroot (the VM image being built: scripts/vm/build.sh sets FABRICLAB_IMAGE_BUILD) nothing is
+# started: its kernel is the host's, and so would be the Open vSwitch it started.
+if [ -n "${FABRICLAB_IMAGE_BUILD:-}" ] \
+   || [ "$(stat -c %d:%i /)" != "$(stat -c %d:%i /proc/1/root/. 2>/dev/null || stat -c %d:%i /)" ]; then
+    log "in a chroot: installed only, nothing started"
+    exit 0
+fi
+
+# The kernel datapath needs the openvswitch module (the VM's kernel has it); without it OVS runs its
+# userspace datapath, and fabriclab picks 'user' (fabriclab doctor says which).
+if [ -d /sys/module/openvswitch ] || modprobe openvswitch 2>/dev/null; then
+    datapath="kernel datapath (openvswitch module loaded)"
+else
+    datapath="userspace datapath (this kernel has no openvswitch module)"
 fi
 
 # Open vSwitch: start it unless ovs-vswitchd already answers.
@@ -53,4 +84,4 @@ if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
     /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-monitor >/dev/null 2>&1 || true
     ovs-vsctl --timeout=10 show >/dev/null || { echo "setup: Open vSwitch did not start; see /var/log/openvswitch/" >&2; exit 1; }
 fi
-log "ready: $($VENV/bin/fabriclab --version 2>/dev/null || echo fabriclab), $(ovs-vsctl --version | head -1)"
+log "ready: $($VENV/bin/fabriclab --version 2>/dev/null || echo fabriclab), $(ovs-vsctl --version | head -1), $datapath"

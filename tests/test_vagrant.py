@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,7 +27,10 @@ def test_vagrantfile_validates():
 
 def test_vagrantfile_keeps_the_promises():
     text = (ROOT / "Vagrantfile").read_text()
-    assert "ubuntu-24.04" in text
+    # What users boot is what `make vm-test` checks: the same Debian release as the image's.
+    suite = re.search(r"^SUITE=\$\{FABRICLAB_VM_SUITE:-(\w+)\}", (ROOT / "scripts/vm/build.sh").read_text(), re.M)
+    assert suite, "scripts/vm/build.sh names no Debian suite"
+    assert f'config.vm.box = "debian/{suite[1]}64"' in text
     assert 'host_ip: "127.0.0.1"' in text and "guest: 8080" in text
     assert "scripts/setup.sh" in text
     assert "cpus = 2" in text and "memory = 4096" in text

@@ -1,0 +1,72 @@
+"""The tc commands that shape one interface: HTB rate, netem delay and loss, RED with ECN marking (no root)."""
+
+from __future__ import annotations
+
+import pytest
+
+from emulator.errors import EmulatorError
+from emulator.shaping import Impairment, InterfaceShaper, red_ecn_args, shape_commands
+
+
+def qdisc_adds(cmds: list[list[str]]) -> list[list[str]]:
+    return [c for c in cmds if c[:3] == ["tc", "qdisc", "add"]]
+
+
+def test_rate_delay_and_loss_stack_netem_under_htb():
+    adds = qdisc_adds(shape_commands("s1-eth1", Impairment(20.0, 2.0, 1.0, None), netem=True))
+    assert [c[5:8] for c in adds] == [["root", "handle", "5:"], ["parent", "5:1", "handle"]]
+    netem = adds[1][adds[1].index("netem"):]
+    assert netem == ["netem", "delay", "2.0ms", "loss", "1.0%", "limit", "1000"]
+
+
+def test_ecn_puts_red_under_htb_and_the_leaf_under_red():
+    adds = qdisc_adds(shape_commands("s1-eth1", Impairment(20.0, 2.0, 0.0, 50, ecn=True), netem=True))
+    assert len(adds) == 3
+    red, leaf = adds[1], adds[2]
+    assert red[5:9] == ["parent", "5:1", "handle", "10:"] and red[9] == "red" and red[-1] == "ecn"
+    assert leaf[5:9] == ["parent", "10:1", "handle", "20:"]
+    assert leaf[9:] == ["netem", "delay", "2.0ms", "limit", "50"]
+    # Without delay or a queue length, RED's own queue is the leaf.
+    adds = qdisc_adds(shape_commands("h1-eth0", Impairment(20.0, ecn=True), netem=False))
+    assert len(adds) == 2 and adds[1][9] == "red"
+    # Without a rate, RED is the root qdisc.
+    adds = qdisc_adds(shape_commands("h1-eth0", Impairment(ecn=True), netem=True))
+    assert adds[0][5:8] == ["root", "handle", "10:"]
+
+
+@pytest.mark.parametrize("rate", [1.0, 20.0, 1000.0, None])
+def test_red_thresholds_follow_the_rate(rate):
+    args = red_ecn_args(rate)
+    value = {k: int(args[args.index(k) + 1]) for k in ("limit", "min", "max", "avpkt", "burst")}
+    per_ms = (rate or 1000.0) * 125
+    assert value["min"] >= 15000 and value["min"] >= 5 * per_ms - 1
+    assert value["max"] == 3 * value["min"] and value["limit"] > value["max"]
+    # tc requires burst >= (2 min + max) / (3 avpkt)
+    assert value["burst"] >= (2 * value["min"] + value["max"]) / (3 * value["avpkt"])
+    assert args[-1] == "ecn"
+
+
+def test_ecn_without_red_is_one_clear_error():
+    shaper = InterfaceShaper(netem=True, nft_egress=True, red_ecn=False)
+    ran: list[list[str]] = []
+    with pytest.raises(EmulatorError, match=r"needs RED \(sch_red\).*make vm-shell"):
+        shaper.apply("s1-eth1", Impairment(20.0, ecn=True), lambda cmd: (ran.append(cmd), (0, ""))[1])
+    assert ran == []
+
+
+def test_delay_without_netem_stops_before_anything_is_created(tmp_path, monkeypatch):
+    from emulator.network import Fabric
+    from emulator.system import Capabilities
+    from topologies import parse_spec
+
+    # A kernel like this project's CI machines': no netem, no RED, no openvswitch module.
+    caps = Capabilities(root=True, ovs_version="3.1.0", ovs_running=True, kernel_datapath=False, netem=False,
+                        htb=True, red_ecn=False, nftables=True, nft_egress=True, mininet="2.3.0",
+                        controller_framework="os-ken 4.0", iperf3="3.12", ethtool=True)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    fab = Fabric(parse_spec("leaf-spine:spines=2,leaves=2,hosts=1,delay=2"), caps=caps)
+    with pytest.raises(EmulatorError) as err:
+        fab.start()
+    message = str(err.value)
+    assert "\n" not in message and "delay_ms=2.0" in message and "make vm-shell" in message
+    assert fab.state is None and list(tmp_path.iterdir()) == []
