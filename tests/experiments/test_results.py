@@ -160,3 +160,14 @@ def test_arms_keeps_the_named_arms_in_order_and_names_the_choices_when_wrong():
     assert [a.name for a in picked.arms] == [names[0], names[3]]
     with pytest.raises(overrides.ArmNotFound, match=f"no arm 'nope'; its arms are {names[0]}"):
         overrides.with_overrides(lr, arms=["nope"])
+
+
+def test_traffic_idle_judges_samples_inside_the_traffic_window_only():
+    from experiments.results import traffic_idle
+
+    # Samples every 0.5 s; traffic from t=10.25 to t=12.0. The sample ending at 10.5 is half start-up.
+    cpu = [{"t": 10.0 + 0.5 * i, "dt": 0.5, "idle": idle} for i, idle in enumerate([0.0, 0.2, 0.7, 0.6, 0.8, 0.1])]
+    assert traffic_idle(cpu, 10.25, 12.0) == [0.7, 0.6, 0.8]
+    # A window shorter than a sample still has a verdict: the sample covering most of it.
+    assert traffic_idle(cpu, 10.6, 10.9) == [0.7]
+    assert traffic_idle([], 0.0, 1.0) == []
