@@ -163,7 +163,7 @@ def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool)
     # Fidelity: CPU idle while traffic ran, switch load, drops outside the shaped queues. Endpoints
     # start (interpreter, imports, sockets) before t0, so only samples taken mostly inside the traffic
     # window are judged: a start-up blip does not count, a shortage during traffic does.
-    idle = traffic_idle(raw.get("cpu", []), t0, t0 + traffic_s)
+    idle = traffic_idle(raw.get("cpu", []), kind.traffic_starts(raw, t0), t0 + traffic_s)
     shaped_sw, ovs_drops = _drops(raw, topo)
     socket_drops = sum(f.get("socket_drops", 0) or 0 for f in flows)
     socket_drops += sum(f.get("receiver_socket_drops_total", 0) or 0 for f in flows)

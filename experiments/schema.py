@@ -186,6 +186,7 @@ class RawArm(TypedDict, total=False):
     datapath: str
     loss_method: str | None
     t0: float
+    t0_unix: float  # t0 on the wall clock, which endpoints stamp their own times with
     traffic_s: float
     samples: list[dict[str, Any]]  # GET /links, with the sample time `t`
     cpu: list[dict[str, float]]  # idle fraction over the `dt` seconds before `t`

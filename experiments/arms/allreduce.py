@@ -35,6 +35,9 @@ class Allreduce(base.ArmKind):
             workers.append(base.popen(ctx, h, cmd))
         return [], workers
 
+    def traffic_starts(self, raw: dict[str, Any], t0: float) -> float:
+        return _first_iteration(raw, t0)
+
     def parse(self, raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:
         """One entry per rank: its iterations, correctness and its connections' counters."""
         flows = []
@@ -69,6 +72,17 @@ class Allreduce(base.ArmKind):
                 "series_bps": [],
             })
         return flows
+
+
+def _first_iteration(raw: dict[str, Any], t0: float) -> float:
+    """The workers start as processes at t0, then load numpy, make their arrays and meet at a barrier;
+    the collective's traffic begins when the last of them starts iteration 1 (`started_unix`)."""
+    t0_unix = raw.get("t0_unix")
+    starts = [m.get("started_unix") for _, m in base.endpoint_files(raw, "allreduce-")]
+    starts = [s for s in starts if isinstance(s, (int, float))]
+    if not isinstance(t0_unix, (int, float)) or not starts:
+        return t0
+    return t0 + max(0.0, max(starts) - t0_unix)
 
 
 def _options(ctx: base.ArmContext) -> list[str]:

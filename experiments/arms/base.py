@@ -113,6 +113,11 @@ class ArmKind:
         """How this flow's endpoint cut its bytes into packets (point-to-point kinds)."""
         raise NotImplementedError
 
+    def traffic_starts(self, raw: dict[str, Any], t0: float) -> float:
+        """When (on the runner's clock, as t0) the arm's traffic really began: t0 for kinds that
+        release their endpoints once all are ready; later for kinds that set up by themselves first."""
+        return t0
+
 
 def get(name: str) -> ArmKind:
     try:

@@ -86,3 +86,14 @@ def test_an_arms_sender_settings_are_typed_and_become_the_senders_options():
         SenderSettings(cc="cubic")
     with pytest.raises(ValueError, match="window 0 is not a positive number"):
         SenderSettings(window=0)
+
+
+def test_allreduce_traffic_starts_when_the_last_rank_starts_iterating():
+    from experiments.arms import get
+
+    kind = get("allreduce")
+    raw = {"t0_unix": 1000.0, "endpoints": {"allreduce-0-h1.json": {"started_unix": 1002.5},
+                                            "allreduce-1-h2.json": {"started_unix": 1003.0}}}
+    assert kind.traffic_starts(raw, 50.0) == 53.0  # numpy, the arrays and the barrier come first
+    assert kind.traffic_starts({"endpoints": {}}, 50.0) == 50.0
+    assert get("srd").traffic_starts(raw, 50.0) == 50.0  # released once ready: t0 is the start
