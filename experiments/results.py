@@ -163,7 +163,9 @@ def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool)
     # Fidelity: CPU idle while traffic ran, switch load, drops outside the shaped queues. Endpoints
     # start (interpreter, imports, sockets) before t0, so only samples taken mostly inside the traffic
     # window are judged: a start-up blip does not count, a shortage during traffic does.
-    idle = traffic_idle(raw.get("cpu", []), kind.traffic_starts(raw, t0), t0 + traffic_s)
+    start = kind.traffic_starts(raw, t0)
+    idle = traffic_idle(raw.get("cpu", []), start, traffic_ends(flows, start, raw.get("last_start_s") or 0.0,
+                                                                t0 + traffic_s))
     shaped_sw, ovs_drops = _drops(raw, topo)
     socket_drops = sum(f.get("socket_drops", 0) or 0 for f in flows)
     socket_drops += sum(f.get("receiver_socket_drops_total", 0) or 0 for f in flows)
@@ -189,6 +191,17 @@ def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool)
 # opening): measured on a 16-host permutation, that one sample read 26 % idle against 60-77 % for
 # every sample of the traffic itself, and whether it counted hung on where the sampler's ticks fell.
 INSIDE_SHARE = 0.9
+
+
+def traffic_ends(flows: list[dict[str, Any]], start: float, last_start_s: float, exited: float) -> float:
+    """When the traffic ended: the latest a flow can have ended (the last start plus the longest
+    flow), if the flows say how long they took, and never after the endpoints exited. The endpoints'
+    own exit (128 interpreters writing their results on a k=8 fat-tree: 4 s at 0 % idle) is not
+    traffic."""
+    took = [f["duration_s"] for f in flows if isinstance(f.get("duration_s"), (int, float))]
+    if not took or len(took) < len(flows):
+        return exited
+    return min(exited, start + last_start_s + max(took))
 
 
 def traffic_idle(cpu: list[dict[str, float]], start: float, end: float) -> list[float]:

@@ -220,6 +220,7 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
         raw["samples"] = sampler.samples
         raw["cpu"] = sampler.cpu
         raw["t0"] = ctx.t0
+        raw["last_start_s"] = last_start
         raw["t0_unix"] = time.time() - (time.monotonic() - ctx.t0)  # endpoints stamp wall-clock times
         raw["traffic_s"] = round(t_end - ctx.t0, 3)
         raw["faults"] = [{k: v for k, v in f.items() if k != "t"} for f in ctx.fault_log]

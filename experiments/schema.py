@@ -187,6 +187,7 @@ class RawArm(TypedDict, total=False):
     loss_method: str | None
     t0: float
     t0_unix: float  # t0 on the wall clock, which endpoints stamp their own times with
+    last_start_s: float  # the latest flow's start after t0 (a traffic matrix's later starts)
     traffic_s: float
     samples: list[dict[str, Any]]  # GET /links, with the sample time `t`
     cpu: list[dict[str, float]]  # idle fraction over the `dt` seconds before `t`

@@ -171,3 +171,14 @@ def test_traffic_idle_judges_samples_inside_the_traffic_window_only():
     # A window shorter than a sample still has a verdict: the sample covering most of it.
     assert traffic_idle(cpu, 10.6, 10.9) == [0.7]
     assert traffic_idle([], 0.0, 1.0) == []
+
+
+def test_traffic_ends_when_the_longest_flow_ends_not_when_endpoints_exit():
+    from experiments.results import traffic_ends
+
+    flows = [{"duration_s": 8.5}, {"duration_s": 7.0}]
+    assert traffic_ends(flows, 100.0, 0.0, 112.5) == 108.5
+    assert traffic_ends(flows, 100.0, 2.0, 112.5) == 110.5  # a later start counts in full
+    assert traffic_ends(flows, 100.0, 5.0, 112.5) == 112.5  # never after the exit
+    assert traffic_ends([{"duration_s": None}, {"duration_s": 3.0}], 100.0, 0.0, 112.5) == 112.5
+    assert traffic_ends([], 100.0, 0.0, 112.5) == 112.5
