@@ -184,6 +184,9 @@ def _describe(fab: Fabric) -> str:
 def cmd_up(args: argparse.Namespace) -> int:
     topo = parse_spec(args.topo)
     signal.signal(signal.SIGTERM, raise_terminated)
+    # Ctrl-C tears the fabric down even when `up` was started where SIGINT is ignored (a background
+    # job of a non-interactive shell inherits it ignored, and Python then leaves it so).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     rc = 0
     try:
         with Fabric(topo, mode=args.mode, isolation=args.switch_daemons) as fab:
