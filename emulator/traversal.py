@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from emulator.cpu import process_cpu_seconds
+from emulator.cpu import CpuLedger
 from emulator.network import Fabric
 from emulator.probe import run_probe, switch_rx_packets
 from topologies import Topology, parse_spec
@@ -57,13 +57,13 @@ def measure_on(fab: Fabric, pps: float = 1700.0, seconds: float = 4.0, size: int
     pids = fab.ovs_pids()
     targets = {s: fab.ofctl_target(s) for s in switches}
     before_rx = {s: switch_rx_packets(t) for s, t in targets.items()}
-    before_cpu = [process_cpu_seconds(p) or 0.0 for p in pids]
+    ledger = CpuLedger({"ovs": pids})
+    ledger.open()
     packets = max(1, int(pps * seconds))
     r = run_probe(fab, src, dst, packets=packets, entropy="fixed", rate_pps=pps, size=size)
-    after_cpu = [process_cpu_seconds(p) or 0.0 for p in pids]
+    cpu_s = ledger.close()["ovs"] or 0.0
     after_rx = {s: switch_rx_packets(t) for s, t in targets.items()}
     traversals = sum(after_rx[s] - before_rx[s] for s in switches)
-    cpu_s = sum(after_cpu) - sum(before_cpu)
     return TraversalCost(
         spec=fab.topology.name,
         isolation=str(fab.isolation), switches=len(switches), ports=switch_ports(fab.topology),
