@@ -37,9 +37,8 @@ from transport.core.headers import ETHERNET_HEADER, IP_UDP_HEADERS, datagram_siz
 DEFAULT_RATE_MBPS = 4.0
 DEFAULT_DELAY_S = 0.0005
 DEFAULT_MTUS = (1500, 9000)
-# A shaped host port's queue (HTB's default of about 1000 packets is far more than a 4 Mb/s link
-# drains in a round trip; 100 kB is 200 ms at 4 Mb/s).
-QUEUE_BYTES = 100_000
+# A shaped host port's queue: the emulator's HTB class keeps the interface's default of 1000 packets.
+QUEUE_PACKETS = 1000
 # Bytes a shaped link counts per datagram besides its payload.
 FRAME_OVERHEAD = IP_UDP_HEADERS + ETHERNET_HEADER
 # The target issue 16 sets: sender and receiver together.
@@ -52,17 +51,17 @@ class Direction:
 
     rate_bps: float
     delay_s: float
-    queue_s: float  # the queue's capacity, in seconds of the link's time
+    queue_packets: int
     free_at: float = 0.0
     waiting: deque[tuple[float, bytes, Any]] = field(default_factory=deque)  # (deliver at, datagram, to)
     delivered: int = 0
     dropped: int = 0
 
     def offer(self, data: bytes, to: Any, now: float) -> None:
-        start = self.free_at if self.free_at > now else now
-        if start - now > self.queue_s:
+        if len(self.waiting) >= self.queue_packets:  # drop-tail (the delay line counts too: it is short)
             self.dropped += 1
             return
+        start = self.free_at if self.free_at > now else now
         self.free_at = start + (len(data) + FRAME_OVERHEAD) * 8 / self.rate_bps
         self.waiting.append((self.free_at + self.delay_s, data, to))
 
@@ -71,14 +70,13 @@ class ShapedLink:
     """A relay on 127.0.0.1 between one sender (any number of source ports) and one receiver."""
 
     def __init__(self, receiver: tuple[str, int], rate_bps: float, delay_s: float,
-                 queue_bytes: int = QUEUE_BYTES) -> None:
+                 queue_packets: int = QUEUE_PACKETS) -> None:
         self.receiver = receiver
         self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.front.bind(("127.0.0.1", 0))
         self.front.setblocking(False)
-        queue_s = queue_bytes * 8 / rate_bps
-        self.forward = Direction(rate_bps, delay_s, queue_s)
-        self.reverse = Direction(rate_bps, delay_s, queue_s)
+        self.forward = Direction(rate_bps, delay_s, queue_packets)
+        self.reverse = Direction(rate_bps, delay_s, queue_packets)
         self._back: dict[Any, socket.socket] = {}  # sender address -> its socket toward the receiver
         self._by_fd: dict[int, tuple[socket.socket, Any]] = {}  # back socket fd -> (it, sender address)
 
@@ -198,6 +196,7 @@ class _Reaped:
 
     def __init__(self) -> None:
         self.cpu_s: dict[int, float] = {}
+        self.sys_s: dict[int, float] = {}  # the kernel's share
 
     def done(self, proc: subprocess.Popen) -> bool:
         if proc.pid in self.cpu_s:
@@ -207,6 +206,7 @@ class _Reaped:
             return False
         proc.returncode = os.waitstatus_to_exitcode(status)
         self.cpu_s[pid] = usage.ru_utime + usage.ru_stime
+        self.sys_s[pid] = usage.ru_stime
         return True
 
     def wait(self, proc: subprocess.Popen, timeout: float) -> float | None:

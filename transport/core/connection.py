@@ -277,6 +277,14 @@ class Connection:
         return self._events.popleft() if self._events else None
 
     @property
+    def ack_held(self) -> int:
+        """Packets a held, coalesced ACK answers (0: none held). It leaves at its deadline (part of
+        ``get_timer()``) or once ``config.ack_batch`` packets wait; its RTT echo and reported hold
+        come from the first of them. A driver that read that first packet promptly may read the
+        rest lazily until then: the ACK then answers them all, as if they had arrived together."""
+        return self._rx.ack_held
+
+    @property
     def idle(self) -> bool:
         """Nothing outstanding, nothing queued to send, no ACK owed."""
         return not (self._send_queue or self._recovery.sent or self._rx.owes_ack)

@@ -100,6 +100,11 @@ class Reassembler:
         """An ACK is waiting to be sent or held for coalescing."""
         return bool(self._out_acks or self._ack_pending)
 
+    @property
+    def ack_held(self) -> int:
+        """Packets the held (coalesced, not yet sent) ACK answers; 0 while none is held."""
+        return self._ack_pending
+
     def on_timer(self, now: float) -> None:
         """Release the held ACK once its deadline has come."""
         if self._ack_pending and self.ack_deadline is not None and now >= self.ack_deadline:

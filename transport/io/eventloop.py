@@ -7,9 +7,13 @@ subclass opens its sockets, registers a reader for each, and implements `_turn(n
 handle events, send what is due, and return when it next needs to run. The loop sleeps until then or
 until a socket is readable, reads what is pending, and turns again.
 
-The hot path avoids per-packet work that is not strictly needed: sockets are read in batches, the
-loop re-polls (one syscall for all sockets) rather than trying each socket, bound methods are hoisted
-out of loops, and nothing is logged per packet.
+At the paced rates of an emulated fabric (a few hundred packets per second per flow) an endpoint's
+CPU goes on wake-ups, not on packets: a Python process woken from sleep, its caches cold, spends
+tens of microseconds before and after the protocol's few. So the work of a wake-up is done once for
+as many packets as it can cover: one clock read per wake-up, every pending datagram read before the
+next turn, everything due sent in the turn, and a loop may ask (`defer_reads`) to sleep through
+the arrivals it does not need at once, such as the rest of a batch a held ACK will answer, and read
+them all when it wakes. Nothing is logged per packet and no exception is raised in the common case.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ SOCKET_BUFFER_BYTES = 4 << 20
 # At most this many datagrams are read per loop turn, so that ACKs and new data are sent between
 # bursts instead of after an arbitrarily long drain.
 RECV_BATCH = 256
+# A loop defers its reads (`EventLoop.defer_reads`) only for at least this long: a shorter sleep saves
+# no wake-up, and at high packet rates the loop is busy and batches its reads anyway.
+DEFER_MIN = 0.001
 # Timers closer than this are waited for by polling, not sleeping: a sleep and its wake-up cost tens
 # of microseconds, more than such a gap. Longer waits sleep in `Poller.poll`, which sleeps below a
 # millisecond with select(); epoll alone rounds a timeout up to a whole millisecond, which is why a
@@ -217,6 +224,16 @@ class EventLoop:
         self._wake_w.setblocking(False)
         self._wake_fd = self._wake_r.fileno()
         self._poller.register(self._wake_fd)
+        # While reads are deferred the loop sleeps on the wake-up pair alone.
+        self._quiet = Poller()
+        self._quiet.register(self._wake_fd)
+        # Set by `_turn` for the wait that follows it: sleep until the wake-up time it returned
+        # without watching the data sockets, then read them all. Cleared after each wait.
+        self.defer_reads = False
+        # Whether a wake-up re-polls after reading: a loop whose readers take one datagram per
+        # readiness report (many sockets, few datagrams each) needs it, one whose readers drain
+        # their socket to EAGAIN does not.
+        self.repoll = True
         self._stopping = False
         self.stop_reason = ""
         self.started = 0.0
@@ -250,6 +267,7 @@ class EventLoop:
             except OSError:
                 pass
         self._poller.close()
+        self._quiet.close()
 
     # Subclasses fill these in.
     def _turn(self, now: float) -> float | None:  # returns the next wake-up time
@@ -261,15 +279,19 @@ class EventLoop:
     def _run_loop(self) -> None:
         mono = time.monotonic
         poll = self._poller.poll
+        quiet = self._quiet.poll
         handlers = self._handlers
+        data_ready = [(fd, select.POLLIN) for fd in handlers]
         wake_fd = self._wake_fd
         self.started = mono()
         self._cpu_started = time.process_time()
         deadline = self.started + self.duration if self.duration else None
         self._next_progress = self.started + self.progress_interval
+        now = self.started
         try:
             while not self._stopping:
-                now = mono()
+                # One clock read per wake-up: `now` is when the wait ended, for the reads and the
+                # turn alike.
                 if deadline is not None and now >= deadline:
                     self.stop_reason = self.stop_reason or "duration"
                     break
@@ -289,13 +311,25 @@ class EventLoop:
                     # Too close to be worth sleeping for: poll without blocking and come
                     # straight back instead.
                     timeout = 0.0
-                ready = poll(timeout)
-                if not ready:
-                    continue
-                now = mono()
+                if self.defer_reads and timeout is not None:
+                    # Sleep through the arrivals until `wake` (stop() still wakes us), then read
+                    # every socket: what arrived meanwhile is handled in one turn.
+                    self.defer_reads = False
+                    quiet(timeout)
+                    now = mono()
+                    if self._stopping:
+                        break
+                    ready = data_ready
+                else:
+                    self.defer_reads = False
+                    ready = poll(timeout)
+                    now = mono()
+                    if not ready:
+                        continue
                 # Read until nothing is pending (or a batch is full) before the next turn, so that
-                # a turn processes many ACKs at once. Re-polling is one syscall for all sockets,
-                # cheaper than a failing recv() per socket when ACKs are spread over many EVs.
+                # a turn processes many datagrams at once. Re-polling is one syscall for all
+                # sockets, cheaper than a failing recv() per socket when ACKs are spread over
+                # many EVs; a loop whose readers drain to EAGAIN skips it.
                 n = 0
                 while ready:
                     for fd, _ in ready:
@@ -306,7 +340,7 @@ class EventLoop:
                                 pass
                             continue
                         n += handlers[fd](now)
-                    if n >= RECV_BATCH or self._stopping:
+                    if n >= RECV_BATCH or self._stopping or not self.repoll:
                         break
                     ready = poll(0)
         finally:
