@@ -55,11 +55,16 @@ USER_ERRORS: tuple[type[BaseException], ...] = (EndpointError, ConfigError)
 # Python process each datagram costs a wake-up and a syscall at both ends, and in the emulator every
 # packet also costs Open vSwitch a wake-up per switch it crosses (`fabriclab bench fidelity`); on slow
 # emulated links one 94-byte ACK per 1442-byte packet would also take 6 % of the reverse link, which
-# the host's own data shares. One ACK per 8 packets, or after at most 10 ms: at the demo's 4 Mb/s a
-# packet takes 3 ms, so ACKs still leave every few packets. Measured on the demo's sprayed arm, going
-# from 4 packets / 5 ms to 8 / 10 ms cut the packets the fabric carried by 16 % with the same goodput.
-ENDPOINT_ACK_DELAY = 0.010
-ENDPOINT_ACK_BATCH = 8
+# the host's own data shares. The batch is sized to the path's bandwidth-delay product as the
+# congestion control keeps it: the delay controller holds at least 16 packets' worth of queue
+# (target_packets), so a window is about 16-20 packets whatever the rate or MTU, and one ACK per 4
+# keeps the ACK clock running at a quarter window. The hold only caps the wait on slow links (4
+# jumbo frames take 72 ms at 4 Mb/s); the packet completing a message is acknowledged at once, so
+# message completion times do not carry the hold. The sender, in turn, sends an ACK's worth of
+# packets per wake-up (pacing_packets), so that its pacing and its ACKs share wake-ups.
+ENDPOINT_ACK_DELAY = 0.1
+ENDPOINT_ACK_BATCH = 4
+ENDPOINT_PACING_PACKETS = ENDPOINT_ACK_BATCH
 
 parse_destination = destination_arg(DEFAULT_PORT)
 
@@ -110,6 +115,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    f"{ENDPOINT_ACK_DELAY:g}; 0 = one ACK per packet)")
     t.add_argument("--ack-batch", type=positive_int, default=ENDPOINT_ACK_BATCH, metavar="N",
                    help=f"with --ack-delay, acknowledge at once when N packets wait (default {ENDPOINT_ACK_BATCH})")
+    t.add_argument("--pacing-packets", type=positive_int, default=ENDPOINT_PACING_PACKETS, metavar="N",
+                   help="each wake-up sends what pacing allows within N packet intervals (default "
+                   f"{ENDPOINT_PACING_PACKETS}; 1 = the next packet only)")
     p.add_argument("--ready-file", metavar="FILE",
                    help="create FILE once the sockets are open (lets a runner start traffic only when "
                    "every endpoint is up)")
@@ -227,13 +235,14 @@ def _register_send(sub: argparse._SubParsersAction) -> None:
 _OPTION_OF = {
     "mtu": "--mtu", "delivery": "--delivery", "recovery": "--recovery", "path_policy": "--policy",
     "num_evs": "--evs", "cc": "--cc", "window": "--window", "max_window": "--window",
-    "ack_delay": "--ack-delay", "ack_batch": "--ack-batch",
+    "ack_delay": "--ack-delay", "ack_batch": "--ack-batch", "pacing_packets": "--pacing-packets",
 }
 
 
 def _config(args: argparse.Namespace, **extra: Any) -> TransportConfig:
     fields: dict[str, Any] = {
         "delivery": args.delivery, "recovery": args.recovery, "ack_delay": args.ack_delay, "ack_batch": args.ack_batch,
+        "pacing_packets": args.pacing_packets, "ack_on_message": True,
     }
     if isinstance(args.mtu, int):
         fields["mtu"] = args.mtu

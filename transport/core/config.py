@@ -38,6 +38,9 @@ class TransportConfig:
     target_packets: float = 16.0
     ack_delay: float = 0.0  # 0 = ACK every packet; else coalesce ACKs for at most this long
     ack_batch: int = 16  # with ack_delay > 0, ACK at once when this many packets are unacknowledged
+    # With ack_delay > 0, also ACK at once the packet that completes a message, so that holding ACKs
+    # for a batch does not add the hold to every message's completion time.
+    ack_on_message: bool = False
     # The longest ACK hold a peer's report is believed up to (RFC 9002's max_ack_delay; our own
     # ack_delay if that is longer): loss detection and the RTO wait for at most this much more.
     max_ack_delay: float = 0.025
@@ -60,6 +63,9 @@ class TransportConfig:
     # Seconds: each wake-up sends what pacing allows within this horizon (and always at least
     # the next packet interval), so a slow connection sends 2+ packets per wake-up, not one.
     pacing_quantum: float = 0.001
+    # ... and at least this many packet intervals: sized to the peer's ACK batch, a wake-up (an ACK's
+    # or the pacer's) sends what the next ACK will answer, so sends and ACKs share wake-ups.
+    pacing_packets: int = 1
 
     @property
     def max_payload(self) -> int:
@@ -111,6 +117,8 @@ class TransportConfig:
             raise bad("initial_rtt", "use a positive number of seconds")
         if not 0 <= self.reorder_window <= 10:
             raise bad("reorder_window", "use a fraction of the smoothed RTT from 0 to 10, e.g. 0.25")
+        if not isinstance(self.pacing_packets, int) or not 1 <= self.pacing_packets <= 1024:
+            raise bad("pacing_packets", "use an integer from 1 (the next packet only) to 1024")
         if not 0 <= self.pacing_quantum <= 1.0:
             raise bad("pacing_quantum", "use seconds from 0 (one packet per wake-up) to 1.0, e.g. 0.001")
         if not isinstance(self.max_reassembly_bytes, int) or self.max_reassembly_bytes < self.max_payload:

@@ -81,7 +81,8 @@ class Connection:
         self._cc = make_cc(config.cc, config, rtt=self._rtt)
         # With coalesced ACKs one ACK opens the window by up to ack_batch packets at once; a pacer
         # that banked only 4 intervals of idle time would split that into several wake-ups.
-        self._pacer = Pacer(burst=max(4, config.ack_batch) if config.ack_delay > 0 else 4)
+        self._pacer = Pacer(burst=max(4, config.ack_batch, config.pacing_packets) if config.ack_delay > 0
+                            else max(4, config.pacing_packets))
         self._events: deque[Event] = deque()
         self._now = 0.0
         self.stats = Stats()
@@ -96,6 +97,7 @@ class Connection:
         self._send_queue: deque[_OutMessage] = deque()
         self._pacing_blocked = False
         self._pacing_quantum = config.pacing_quantum
+        self._pacing_packets = config.pacing_packets
         # Beyond this many PSNs past the oldest unacknowledged one the sender stops taking new
         # PSNs: bounds its own memory of unacknowledged packets.
         self._send_span = 4 * config.max_window + self._window_psns
@@ -191,7 +193,8 @@ class Connection:
         # a slow connection sends 2+ packets per wake-up. Every wake-up of a Python endpoint
         # costs far more CPU than the packet itself; the average rate is unchanged.
         q = self._pacing_quantum
-        horizon = now + (0.0 if q <= 0 else (q if q > interval else interval))
+        span = interval * self._pacing_packets
+        horizon = now + (0.0 if q <= 0 else (q if q > span else span))
         ts = to_timestamp(now)
         n_inflight = len(recovery.inflight)
         on_sent = recovery.on_packet_sent
@@ -277,12 +280,13 @@ class Connection:
         return self._events.popleft() if self._events else None
 
     @property
-    def ack_held(self) -> int:
-        """Packets a held, coalesced ACK answers (0: none held). It leaves at its deadline (part of
-        ``get_timer()``) or once ``config.ack_batch`` packets wait; its RTT echo and reported hold
-        come from the first of them. A driver that read that first packet promptly may read the
-        rest lazily until then: the ACK then answers them all, as if they had arrived together."""
-        return self._rx.ack_held
+    def ack_room(self) -> int:
+        """While a coalesced ACK is held: how many more DATA packets may arrive before it leaves at
+        once (the batch fills, or one of them completes a message); 0 while none is held. Else it
+        leaves at its deadline (part of ``get_timer()``). Its RTT echo and reported hold come from
+        the batch's first packet, so a driver that read that packet promptly may read the next ones
+        lazily until then: the ACK answers them all, as if they had arrived together."""
+        return self._rx.ack_room
 
     @property
     def idle(self) -> bool:

@@ -73,6 +73,8 @@ class Reassembler:
         self._num_evs = config.num_evs
         self._ack_delay = config.ack_delay
         self._ack_batch = config.ack_batch
+        self._ack_on_message = config.ack_on_message and config.ack_delay > 0
+        self._last_reasm: _Reassembly | None = None  # the message the latest accepted packet belongs to
         # PSNs accepted beyond the start of the oldest incomplete message: bounds buffered bytes.
         self.window_psns = max(1, config.max_reassembly_bytes // self._payload)
         self.max_message = self.window_psns * self._payload
@@ -101,9 +103,18 @@ class Reassembler:
         return bool(self._out_acks or self._ack_pending)
 
     @property
-    def ack_held(self) -> int:
-        """Packets the held (coalesced, not yet sent) ACK answers; 0 while none is held."""
-        return self._ack_pending
+    def ack_room(self) -> int:
+        """Further packets the held ACK waits for at most (see ``Connection.ack_room``); 0: none held."""
+        pending = self._ack_pending
+        if not pending:
+            return 0
+        room = self._ack_batch - pending
+        r = self._last_reasm
+        if self._ack_on_message and r is not None and r.received < r.frag_count:
+            left = r.frag_count - r.received
+            if left < room:
+                room = left
+        return room if room > 0 else 1
 
     def on_timer(self, now: float) -> None:
         """Release the held ACK once its deadline has come."""
@@ -231,9 +242,15 @@ class Reassembler:
             self._rcv_nxt = s
         else:
             ooo[seq] = (idx, count)
+        self._last_reasm = r
         if r.received == count:
+            self._last_reasm = None
             del self._reasm[msg]
             self._complete(msg, r, now)
+            if self._ack_on_message:
+                self._queue_ack(seq, ts, ev, now)
+                self._flush_ack(now)
+                return
         # Inlined _queue_ack() for ACK-per-packet.
         if self._ack_delay <= 0:
             self._out_acks.append(self._build_ack(seq, ts, ev, 0))

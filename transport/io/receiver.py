@@ -378,15 +378,15 @@ class Receiver(EventLoop):
 
     def _defer(self, now: float, wake: float) -> float:
         """While the one connection holds a coalesced ACK, sleep until it is due instead of waking
-        per packet: until `wake` (its deadline at the latest) or when the batch should fill."""
-        peer = next(iter(self.peers.values()))
-        held = peer.conn.ack_held
-        if not held:
+        per packet: until `wake` (its deadline at the latest) or when the packets that send it at
+        once should have arrived, at the rate packets have been arriving."""
+        room = next(iter(self.peers.values())).conn.ack_room
+        if not room:
             return wake
-        gap = self._gap
         until = wake
+        gap = self._gap
         if gap:
-            fill = now + (self.config.ack_batch - held) * gap
+            fill = now + room * gap
             if fill < until:
                 until = fill
         if until - now >= DEFER_MIN:
