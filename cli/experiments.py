@@ -1,5 +1,5 @@
 """The experiments' commands: `fabriclab run`, `list`, `report`, `demo` (ecmp-vs-spray on the default
-fabric) and `bench fidelity`."""
+fabric), `bench fidelity`, `bench capacity` and `bench endpoints`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli.args import add_path_policy_argument, positive_seconds
+from cli.args import add_path_policy_argument, number_arg, positive_float, positive_int, positive_seconds
 from emulator.errors import EmulatorError
 from emulator.network import raise_terminated
 from experiments.model import Arm, Experiment
@@ -113,6 +113,38 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    help="results root; each probe's run lands in DIR/capacity/ (default: results)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_bench_capacity)
+
+    p = bench.add_parser(
+        "endpoints", help="CPU per delivered packet of the transport's sender and receiver, on loopback",
+        description="Run a sender and a receiver as the fabric runs them (each its own `python -m cli.endpoint "
+        "srd ...` process) on 127.0.0.1, with this process between them as the host's shaped link (a token "
+        "bucket at --rate with a drop-tail queue and --delay each way), and print, per MTU, each endpoint's "
+        "CPU microseconds per delivered packet (DATA to the receiver plus ACKs to the sender, as "
+        "`bench fidelity` counts packets delivered to hosts), by the CPU time of its event loop; also that of "
+        "the whole processes, start-up included. Needs no root and no fabric; about --seconds per run.")
+    p.add_argument("--mtu", type=_mtu_list, default=None, metavar="BYTES,...",
+                   help="link MTUs to run (default: 1500,9000); datagrams fill them")
+    p.add_argument("--rate", type=positive_float, default=None, metavar="MBPS",
+                   help="the shaped link's rate in Mb/s (default: 4, the demo's host links)")
+    p.add_argument("--delay", type=_delay, default=None, metavar="S",
+                   help="one-way delay of the link in seconds (default: 0.0005)")
+    p.add_argument("--seconds", type=positive_seconds, default=8.0, metavar="S",
+                   help="seconds of traffic per run (default: %(default)s)")
+    p.add_argument("--repeat", type=positive_int, default=1, metavar="N",
+                   help="runs per MTU; the table shows the median run (default: %(default)s)")
+    p.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                   help="run the endpoints under cProfile and write DIR/ROLE-MTU.prof")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_bench_endpoints)
+
+
+_delay = number_arg(float, "a number of seconds", 0, 1.0, unit=" seconds")
+
+
+def _mtu_list(text: str) -> tuple[int, ...]:
+    """Comma-separated link MTUs, each 576 to 65535 bytes."""
+    parse = number_arg(int, "an MTU in bytes", 576, 65535, unit=" bytes")
+    return tuple(parse(part) for part in text.split(","))
 
 
 def capacity_cases() -> tuple:
@@ -266,6 +298,19 @@ def cmd_bench_capacity(args: argparse.Namespace) -> int:
         cases, isolations, args.out, start=args.start, steps=1 if args.quick else args.steps,
         duration=args.duration, progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))
     print(json.dumps(result, indent=1) if args.json else capacity_bench.text_report(result))
+    return 0
+
+
+def cmd_bench_endpoints(args: argparse.Namespace) -> int:
+    from experiments import endpoint_bench as eb
+
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    result = eb.run_endpoint_bench(
+        mtus=args.mtu or eb.DEFAULT_MTUS, rate_mbps=args.rate or eb.DEFAULT_RATE_MBPS, seconds=args.seconds,
+        delay_s=eb.DEFAULT_DELAY_S if args.delay is None else args.delay, repeat=args.repeat, profile=args.profile,
+        progress=lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
+    print(json.dumps(result, indent=1) if args.json else eb.text_report(result))
     return 0
 
 
