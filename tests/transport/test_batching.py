@@ -267,3 +267,30 @@ def test_endpoint_coalescing_recovers_losses_by_fast_retransmit(mtu: int) -> Non
     base = run_transfer(per_packet, per_packet, paths(), total_bytes=total, seed=3, time_limit=120.0)
     assert base.completed
     assert r.goodput_bps >= 0.9 * base.goodput_bps
+
+
+def test_a_coalescing_receiver_hands_the_core_each_packets_arrival_time() -> None:
+    """Read 80 ms late, a datagram still counts as arrived when the kernel stamped it: the held
+    ACK's deadline runs from the arrival, not from the read."""
+    r = Receiver(TransportConfig(ack_delay=0.05, ack_batch=4), bind="127.0.0.1", port=0)
+    r.open()
+    c = _client(r)
+    try:
+        if not r._stamped:
+            pytest.skip("this kernel does not stamp datagrams (SO_TIMESTAMPNS)")
+        sent_at = time.monotonic()
+        c.send(_data(0, count=8, idx=0))
+        time.sleep(0.08)
+        read_at = time.monotonic()
+        assert r._handlers[r.sock.fileno()](read_at) == 1
+        peer = next(iter(r.peers.values()))
+        assert sent_at - 0.001 <= peer.last <= sent_at + 0.02 < read_at
+        assert peer.conn.get_timer() == pytest.approx(peer.last + 0.05)
+        # Packets streaming in with no ACK held: sleep until the next batch should be complete.
+        r._turn(read_at)  # the held ACK is overdue: it leaves now
+        assert peer.conn.ack_room == 0
+        r._gap, r._last_rx = 0.01, read_at
+        assert r._turn(read_at) == pytest.approx(read_at + 0.04) and r.defer_reads
+    finally:
+        c.close()
+        r.close()

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import select
 import socket
+import struct
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -119,6 +121,57 @@ def read_batch(recvfrom: Callable[[int], tuple[bytes, Any]], size: int) -> tuple
             pass
         reads += 1
     return batch, reads
+
+
+# SO_TIMESTAMPNS (Linux; the socket module does not name it): the kernel stamps each datagram with
+# its arrival time, so a loop that reads late still knows when each packet came in.
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@ll")  # the struct timespec of SCM_TIMESTAMPNS (two C longs)
+_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
+
+
+def stamp_arrivals(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp `sock`'s datagrams with their arrival time; whether it will."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def read_stamped_batch(recvmsg: Callable[..., tuple[bytes, list[tuple[int, int, bytes]], int, Any]],
+                       size: int) -> tuple[list[tuple[bytes, Any]], list[float], int]:
+    """`read_batch` for a socket with `stamp_arrivals`: the pairs, each one's arrival time on the
+    `time.monotonic` clock (the read time where a datagram came unstamped), and the reads."""
+    batch: list[tuple[bytes, Any]] = []
+    times: list[float] = []
+    append, stamp = batch.append, times.append
+    unpack = _TIMESPEC.unpack
+    # The stamps are wall-clock: one offset per batch maps them to the monotonic clock.
+    mono = time.monotonic()
+    offset = time.time() - mono
+    reads = 0
+    while reads < RECV_BATCH:
+        try:
+            data, anc, _flags, addr = recvmsg(size, _ANCILLARY)
+        except BlockingIOError:
+            break
+        except OSError:
+            reads += 1
+            continue
+        reads += 1
+        t = mono
+        for level, kind, cdata in anc:
+            if kind == SO_TIMESTAMPNS and level == socket.SOL_SOCKET and len(cdata) >= _TIMESPEC.size:
+                sec, nsec = unpack(cdata[:_TIMESPEC.size])
+                t = sec - offset + nsec * 1e-9
+                if t > mono:  # the clocks' offset moved by a hair meanwhile: never in the future
+                    t = mono
+        append((data, addr))
+        stamp(t)
+    return batch, times, reads
 
 
 def socket_drops(socks: list[socket.socket]) -> int | None:

@@ -46,7 +46,9 @@ from transport.io.eventloop import (
     SendCounters,
     SocketSender,
     read_batch,
+    read_stamped_batch,
     socket_drops,
+    stamp_arrivals,
 )
 from transport.io.workload import SEQ_LEN, check_payload, make_payload, payload_seq
 
@@ -150,6 +152,8 @@ class Receiver(EventLoop):
         self._done_at: float | None = None
         self._last_rx = 0.0
         self._gap = 0.0  # running mean of the time between datagrams (0: not known yet)
+        self._stamped = False  # the socket's datagrams carry their arrival time (open())
+        self._last_arrival = 0.0
         self.repoll = False  # its reader drains the one socket to EAGAIN
         self._magic = struct.pack("!H", wire.MAGIC)
 
@@ -170,7 +174,11 @@ class Receiver(EventLoop):
             if exc.errno == errno.EADDRINUSE:
                 raise EndpointError(f"port {self.port} is in use on {self.bind}; choose another --port") from exc
             raise EndpointError(f"cannot bind {self.bind}:{self.port}: {exc.strerror}; check --bind") from exc
-        self._register(s, partial(self._drain, s.recvfrom))
+        # With coalesced ACKs the loop reads late on purpose (see _defer), so it asks the kernel when
+        # each datagram arrived: the core is handed that, not the read time.
+        self._stamped = self.config.ack_delay > 0 and stamp_arrivals(s)
+        reader = partial(self._drain_stamped, s.recvmsg) if self._stamped else partial(self._drain, s.recvfrom)
+        self._register(s, reader)
         self.sock = s
 
     def _new_peer(self, data: bytes, cid: int, addr: tuple[Any, ...], now: float) -> _Peer | None:
@@ -252,14 +260,50 @@ class Receiver(EventLoop):
 
     def _drain(self, recvfrom: Callable[[int], tuple[bytes, Any]], now: float) -> int:
         # One socket for all peers: drain it, so the failing recv() at the end is amortised.
-        size = self._recv_size
+        # An ICMP error for an earlier reply (the sender went away) counts as a read.
+        batch, n = read_batch(recvfrom, self._recv_size)
+        self._take(batch, None, now)
+        if n:
+            gap = now - self._last_rx
+            if gap < _GAP_MAX:
+                self._gap_sample(gap / n)
+            self._counted(n, now)
+        return n
+
+    def _drain_stamped(self, recvmsg: Callable[..., Any], now: float) -> int:
+        """`_drain` with each datagram's arrival time from the kernel."""
+        batch, times, n = read_stamped_batch(recvmsg, self._recv_size)
+        self._take(batch, times, now)
+        if times:
+            gap = times[-1] - self._last_arrival
+            if gap < _GAP_MAX:
+                self._gap_sample(gap / len(times))
+            self._last_arrival = times[-1]
+        if n:
+            self._counted(n, now)
+        return n
+
+    def _gap_sample(self, sample: float) -> None:
+        g = self._gap
+        self._gap = sample if not g else g + (sample - g) * _GAP_GAIN
+
+    def _counted(self, n: int, now: float) -> None:
+        self.datagrams_received += n
+        self._last_rx = now
+        if self.first_packet is None:
+            self.first_packet = now
+
+    def _take(self, batch: list[tuple[bytes, Any]], times: list[float] | None, now: float) -> None:
+        """Hand each datagram to its connection (opening one for a new sender's first DATA), at the
+        time it arrived (`times`) or at `now`."""
         peers = self.peers
         read_cid = wire.read_conn_id
         active = self._active
         magic = self._magic
-        # An ICMP error for an earlier reply (the sender went away) counts as a read.
-        batch, n = read_batch(recvfrom, size)
-        for data, addr in batch:
+        t = now
+        for i, (data, addr) in enumerate(batch):
+            if times is not None:
+                t = times[i]
             if magic is not None and not data.startswith(magic):
                 self.invalid += 1
                 continue
@@ -270,15 +314,15 @@ class Receiver(EventLoop):
                 continue
             peer = peers.get((addr[0], cid))
             if peer is None:
-                peer = self._new_peer(data, cid, addr, now)
+                peer = self._new_peer(data, cid, addr, t)
                 if peer is None:
                     continue
             peer.datagrams += 1
-            peer.last = now
+            peer.last = t
             ports = peer.ports
             port = addr[1]
             ports[port] = ports.get(port, 0) + 1
-            if peer.conn.receive_datagram(data, now):
+            if peer.conn.receive_datagram(data, t):
                 # Addresses are learnt only from datagrams that parsed and passed the CRC, so
                 # that a garbage packet with a forged source cannot redirect the ACKs.
                 peer.addr = addr
@@ -287,17 +331,6 @@ class Receiver(EventLoop):
                     # DATA that triggered it and goes back to the socket that sent that DATA.
                     peer.evaddr[data[_EV_OFFSET] << 8 | data[_EV_OFFSET + 1]] = addr
             active.add(peer)
-        if n:
-            self.datagrams_received += n
-            gap = now - self._last_rx
-            if gap < _GAP_MAX:
-                sample = gap / n
-                g = self._gap
-                self._gap = sample if not g else g + (sample - g) * _GAP_GAIN
-            self._last_rx = now
-            if self.first_packet is None:
-                self.first_packet = now
-        return n
 
     def _on_event(self, peer: _Peer, event: Event, now: float) -> None:
         if not isinstance(event, MessageReceived):
@@ -372,27 +405,38 @@ class Receiver(EventLoop):
                 return None
             if wake is None or until < wake:
                 wake = until
-        if wake is not None and len(self.peers) == 1:
+        if len(self.peers) == 1:
             wake = self._defer(now, wake)
         return wake
 
-    def _defer(self, now: float, wake: float) -> float:
-        """While the one connection holds a coalesced ACK, sleep until it is due instead of waking
-        per packet: until `wake` (its deadline at the latest) or when the packets that send it at
-        once should have arrived, at the rate packets have been arriving."""
+    def _defer(self, now: float, wake: float | None) -> float | None:
+        """Sleep through the packets a coalesced ACK will answer instead of waking for each.
+
+        While the one connection holds an ACK: until `wake` (its deadline at the latest) or when
+        the packets that send it at once should have arrived, at the rate packets have been
+        arriving. With arrival times from the kernel, also between ACKs while packets stream in:
+        until the next batch should be complete, but no later than any first packet's deadline.
+        """
         room = next(iter(self.peers.values())).conn.ack_room
-        if not room:
-            return wake
-        until = wake
         gap = self._gap
-        if gap:
-            fill = now + room * gap
-            if fill < until:
-                until = fill
-        if until - now >= DEFER_MIN:
+        if room:
+            until = wake
+            if gap:
+                fill = now + room * gap
+                if until is None or fill < until:
+                    until = fill
+        elif self._stamped and gap and now - self._last_rx <= 2 * gap:
+            # The next batch's first packet is stamped as it arrives, so its ACK's hold and RTT
+            # echo stay exact however late it is read; reading by its deadline keeps the ACK on time.
+            until = now + min(self.config.ack_batch * gap, self.config.ack_delay)
+            if wake is not None and wake < until:
+                until = wake
+        else:
+            return wake
+        if until is not None and until - now >= DEFER_MIN:
             # Reading late is safe only for one connection: the first packet of another's batch
-            # would be read late and its ACK would under-report the hold. Socket buffers hold far
-            # more than a deferral's worth of packets at the rates where it applies.
+            # would wait behind this one's. Socket buffers hold far more than a deferral's worth
+            # of packets at the rates where it applies.
             self.defer_reads = True
             return until
         return wake
