@@ -1,0 +1,84 @@
+"""`fabriclab bench endpoints`: the shaped link between the two endpoint processes, one real run on
+127.0.0.1, and the report."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from experiments import endpoint_bench as eb
+
+
+def test_a_direction_paces_at_its_rate_and_drops_beyond_its_queue() -> None:
+    d = eb.Direction(rate_bps=8e6, delay_s=0.001, queue_packets=3)
+    for _ in range(5):
+        d.offer(bytes(958), None, 0.0)  # 1000 bytes on the wire each: 1 ms at 8 Mb/s
+    assert d.dropped == 2
+    assert [round(t, 6) for t, _, _ in d.waiting] == [0.002, 0.003, 0.004]
+
+
+def test_one_run_over_loopback_counts_packets_and_cpu() -> None:
+    r = eb.run_case(1500, rate_mbps=20.0, seconds=1.0, delay_s=0.0002)
+    assert r.completed and r.link_drops == 0
+    assert r.data_delivered > 1000 and 0 < r.acks_delivered < r.data_delivered
+    assert r.goodput_mbps == pytest.approx(20.0 * 1472 / 1514, rel=0.25)
+    for side in (r.sender, r.receiver):
+        assert side.cpu_run_s is not None and side.cpu_run_s > 0
+        assert side.us_per_packet == pytest.approx(side.cpu_run_s / (r.data_delivered + r.acks_delivered) * 1e6,
+                                                   rel=0.01)
+        assert side.cpu_process_s is not None and side.cpu_process_s >= side.cpu_run_s
+    assert r.endpoints_us_per_packet == pytest.approx(r.sender.us_per_packet + r.receiver.us_per_packet, abs=0.2)
+    text = eb.text_report({"target_us_per_packet": eb.TARGET_US_PER_PACKET, "cases": [eb.asdict(r)]})
+    assert f"| {r.sender.us_per_packet:.1f} | {r.receiver.us_per_packet:.1f} |" in text
+
+
+def test_the_median_run_is_reported() -> None:
+    runs = [{"endpoints_us_per_packet": v} for v in (50.0, None, 20.0, 30.0)]
+    assert eb.median_run(runs)["endpoints_us_per_packet"] == 30.0
+    assert eb.median_run(runs[:1]) is runs[0]
+
+
+def test_bench_endpoints_rejects_bad_options_in_one_line() -> None:
+    out = subprocess.run([sys.executable, "-m", "cli", "bench", "endpoints", "--mtu", "1500,70000"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "--mtu" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_link_relays_both_ways_and_keeps_the_senders_ports_apart() -> None:
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    link = eb.ShapedLink(rx.getsockname(), rate_bps=100e6, delay_s=0.0)
+    senders = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+    try:
+        for i, s in enumerate(senders):
+            s.bind(("127.0.0.1", 0))
+            s.sendto(b"data%d" % i, link.address)
+        seen: dict[bytes, tuple] = {}
+        deadline = time.monotonic() + 2.0
+
+        def until() -> bool:
+            rx.setblocking(False)
+            try:
+                data, addr = rx.recvfrom(100)
+                seen[data] = addr
+                rx.sendto(b"ack-" + data, addr)
+            except BlockingIOError:
+                pass
+            return (len(seen) == 2 and link.reverse.delivered == 2) or time.monotonic() > deadline
+
+        link.run(until)
+        assert set(seen) == {b"data0", b"data1"}
+        assert seen[b"data0"] != seen[b"data1"]  # one port toward the receiver per sender port
+        for i, s in enumerate(senders):
+            s.settimeout(1.0)
+            assert s.recv(100) == b"ack-data%d" % i
+    finally:
+        link.close()
+        rx.close()
+        for s in senders:
+            s.close()
