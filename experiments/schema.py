@@ -121,6 +121,8 @@ class ArmResult(_ArmRequired, total=False):
     timings: dict[str, float | None]
     datapath: str | None
     loss_method: str | None
+    server_cpu_idle: dict[str, float]  # across servers only: each server's CPU idle over the traffic
+    cross_server_links: int  # across servers only: links carried by ssh tunnels
     # What the experiments' analyses add (experiments/scenarios).
     expected_goodput_bps: float
     vs_expectation: float | None
@@ -192,6 +194,10 @@ class RawArm(TypedDict, total=False):
     samples: list[dict[str, Any]]  # GET /links, with the sample time `t`
     cpu: list[dict[str, float]]  # idle fraction over the `dt` seconds before `t`
     cpu_window: dict[str, float | None]
+    # Fabrics split across servers (emulator.cluster): each server's CPU idle over the traffic, and
+    # which server each node ran on.
+    server_cpu_idle: dict[str, float]
+    servers: dict[str, str]
     qdisc_before: dict[str, dict[str, int]]
     qdisc_after: dict[str, dict[str, int]]
     faults: list[AppliedFault]
