@@ -126,6 +126,10 @@ class ArmResult(_ArmRequired, total=False):
     # What the experiments' analyses add (experiments/scenarios).
     expected_goodput_bps: float
     vs_expectation: float | None
+    placement: dict[str, str]  # ECMP arms: flow -> the switches its hashed path crossed
+    placement_residual: float  # how much of the counted load that placement leaves unexplained (0: none)
+    placement_fair_bps: float  # the max-min fair total of that placement
+    vs_placement: float | None  # goodput / placement_fair_bps
     path_share: dict[str, Any]
     goodput_before_fault_bps: float | None
     goodput_after_fault_bps: float | None
