@@ -121,6 +121,8 @@ class ArmResult(_ArmRequired, total=False):
     timings: dict[str, float | None]
     datapath: str | None
     loss_method: str | None
+    queue_series: dict[str, Any]  # extra["watch_queue"]: {"interface", "t", "packets", "bytes"} from t0
+    queue_max_packets: int
     server_cpu_idle: dict[str, float]  # across servers only: each server's CPU idle over the traffic
     cross_server_links: int  # across servers only: links carried by ssh tunnels
     # What the experiments' analyses add (experiments/scenarios).
@@ -202,6 +204,9 @@ class RawArm(TypedDict, total=False):
     # which server each node ran on.
     server_cpu_idle: dict[str, float]
     servers: dict[str, str]
+    # extra["watch_queue"]: one interface's egress backlog over time ({"interface", "samples": [{"t",
+    # "bytes", "packets"}]}).
+    queue_series: dict[str, Any]
     qdisc_before: dict[str, dict[str, int]]
     qdisc_after: dict[str, dict[str, int]]
     faults: list[AppliedFault]
