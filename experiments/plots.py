@@ -212,7 +212,25 @@ def goodput_over_time(doc: ResultsDocument, out_dir: Path) -> list[str]:
     return [_save(fig, out_dir, "goodput_over_time.png")]
 
 
-PLOTS = (utilisation_heatmaps, completion_cdfs, goodput_vs_loss, reorder_histograms, path_share, goodput_over_time)
+def queue_over_time(doc: ResultsDocument, out_dir: Path) -> list[str]:
+    """One interface's egress backlog over time per arm (an incast's receiver downlink)."""
+    arms = [a for a in _ok(doc) if (a.get("queue_series") or {}).get("t")]
+    if not arms:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for a in arms:
+        q = a["queue_series"]
+        ax.step(q["t"], q["packets"], where="post", label=a["name"], lw=1)
+    ax.set_xlabel("time since traffic start (s)")
+    ax.set_ylabel(f"packets queued at {arms[0]['queue_series'].get('interface')}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{doc['experiment']}: queue over time", fontsize=10)
+    return [_save(fig, out_dir, "queue_over_time.png")]
+
+
+PLOTS = (utilisation_heatmaps, completion_cdfs, goodput_vs_loss, reorder_histograms, path_share, goodput_over_time,
+         queue_over_time)
 
 
 def render_all(doc: ResultsDocument, out_dir: Path) -> list[str]:

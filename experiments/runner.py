@@ -138,11 +138,11 @@ def _stop_procs(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
 
 def open_fabric(topo: Topology, mode: str, reporter: Reporter) -> Any:
     """A started Fabric; waits while another fabric holds the machine (they share interface names)."""
-    from emulator.network import Fabric
+    from emulator.cluster import new_fabric
 
     waited = 0.0
     while True:
-        fab = Fabric(topo, mode=mode)
+        fab = new_fabric(topo, mode=mode)
         try:
             fab.__enter__()
             return fab
@@ -164,6 +164,9 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
     raw: RawArm = {"fault_errors": [], "endpoint_errors": []}
     try:
         raw["bring_up_s"] = round(fab.timings.bring_up_s, 3)
+        reaction = exp.extra.get("controller_reaction_s")
+        if reaction is not None:
+            fab.api.set_reaction_delay(float(reaction))
         raw["datapath"] = fab.datapath
         raw["loss_method"] = fab.shaper.loss_method if fab.shaper else None
         ctx = ArmContext(fab, exp, arm, topo, flows, duration, seed, bytes_per_flow, raw_dir,
@@ -171,6 +174,7 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
         sampler = Sampler(fab)
         sampler.sample_once()
         sampler.start()
+        queue = _queue_watcher(fab, topo, exp.extra.get("watch_queue"))
         q_before = qdisc_drops(fab)
         # Faults at time 0 are the arm's conditions: in place before any traffic.
         early = [f for f in arm.faults if f.at_s <= 0]
@@ -183,6 +187,7 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
             kind = arms.get(arm.kind)
             receivers, senders = kind.start(ctx)
             ledger.open()
+            servers_before = fab.server_cpu_jiffies() if hasattr(fab, "server_cpu_jiffies") else None
             fault_th = _fault_thread(ctx, late, sampler, stop_faults, raw["fault_errors"]) if late else None
             last_start = max((f.start_s for f in flows), default=0.0)
             expected = duration
@@ -197,6 +202,11 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
                 time.sleep(0.2)
             t_end = time.monotonic()
             raw["cpu_window"] = ledger.close()
+            if servers_before is not None:
+                from emulator.cluster.fabric import idle_between
+
+                raw["server_cpu_idle"] = idle_between(servers_before, fab.server_cpu_jiffies())
+                raw["servers"] = dict(fab.placement)
             time.sleep(0.3)  # the last ACKs reach the senders; the receivers' counters settle
             stop_faults.set()
             if fault_th is not None:
@@ -206,6 +216,9 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
         finally:
             stop_faults.set()
             sampler.stop()
+            if queue is not None:
+                queue.stop()
+                raw["queue_series"] = {"interface": queue.cmd[-1], "samples": queue.samples}
             _stop_procs(ctx.procs, grace=1.0)
         for p in ctx.procs:
             if p.returncode not in (0, -signal.SIGTERM, None) and p.stderr is not None:
@@ -232,6 +245,20 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
     raw["wall_s"] = round(time.monotonic() - t_start, 3)
     raw["endpoints"] = read_endpoints(raw_dir)
     return raw
+
+
+def _queue_watcher(fab: Any, topo: Topology, where: Any) -> Any:
+    """A running QueueWatcher on the egress of switch -> host, for `extra["watch_queue"]` = [switch, host]."""
+    if not where:
+        return None
+    from emulator.sampling import QueueWatcher
+
+    switch, host = where
+    link = next(lk for lk in topo.links if {lk.a, lk.b} == {switch, host})
+    pid = None if fab._in_root_namespace(switch) else fab.net[switch].pid
+    watcher = QueueWatcher(pid, link.intf(switch))
+    watcher.start()
+    return watcher
 
 
 def _safe(fn: Callable[[], Any]) -> Any:
