@@ -376,31 +376,45 @@ def test_timeout_waits_while_acks_keep_arriving() -> None:
     assert p.a.get_timer() >= p.now
 
 
+def _paced_wakeups(**cfg: float) -> tuple[int, int]:  # pacing_quantum or pacing_packets
+    """(wake-ups, packets sent) in 0.5 s of a fixed window paced at 100 packets/s (10 ms apart), the
+    driver waking only at get_timer()."""
+    config = TransportConfig(cc="fixed", window=64, rto_min=1.0, rto_max=1.0, **cfg)
+    p = make_pair(config)
+    p.a.send_message(_msg(config.max_payload * 200))
+    p.a._rtt.update(0.96)  # srtt so that pacing = 1.5 * 64 / srtt = 100 packets/s
+    p.drain("a")  # the initial burst
+    wakeups = packets = 0
+    while True:
+        t = p.a.get_timer()
+        if t is None or t >= 0.5:
+            return wakeups, packets
+        p.now = t
+        p.a.handle_timer(t)
+        wakeups += 1
+        packets += len(p.drain("a"))
+
+
 def test_pacing_sends_in_quanta() -> None:
-    # Fixed window paced at 100 packets/s (10 ms apart), the driver waking only at get_timer():
-    # without a quantum every wake-up sends one packet; with one, each wake-up also sends the
+    # Without a quantum every wake-up sends one packet; with one, each wake-up also sends the
     # packet due within the next interval, so there are half as many wake-ups at the same rate.
     def run(quantum: float) -> tuple[int, int]:
-        cfg = TransportConfig(cc="fixed", window=64, pacing_quantum=quantum, rto_min=1.0, rto_max=1.0)
-        p = make_pair(cfg)
-        p.a.send_message(_msg(cfg.max_payload * 200))
-        p.a._rtt.update(0.96)  # srtt so that pacing = 1.5 * 64 / srtt = 100 packets/s
-        p.drain("a")  # the initial burst
-        wakeups = packets = 0
-        while True:
-            t = p.a.get_timer()
-            if t is None or t >= 0.5:
-                return wakeups, packets
-            p.now = t
-            p.a.handle_timer(t)
-            wakeups += 1
-            packets += len(p.drain("a"))
+        return _paced_wakeups(pacing_quantum=quantum)
 
     wakeups, packets = run(0.0)
     assert packets == pytest.approx(50, abs=2) and wakeups == packets
     wakeups, packets = run(0.001)
     assert packets == pytest.approx(50, abs=3) and wakeups <= packets / 2 + 1
 
+
+def test_pacing_packets_send_an_acks_worth_per_wake_up() -> None:
+    # The default 1 ms quantum sends a packet interval's worth per wake-up (2 packets);
+    # pacing_packets=4 sends 4 intervals' worth, in a quarter of the wake-ups.
+    one_w, one_p = _paced_wakeups(pacing_packets=1)
+    four_w, four_p = _paced_wakeups(pacing_packets=4)
+    assert four_p == pytest.approx(one_p, abs=4)  # the same rate ...
+    assert one_w >= one_p / 2 - 1
+    assert four_w <= four_p / 4 + 1  # ... in a quarter of the wake-ups
 
 def test_coalesced_acks_do_not_inflate_retransmissions_under_loss() -> None:
     # 1 % loss on one of 8 sprayed paths (both directions, so ACKs are lost too): with ACKs held
