@@ -247,7 +247,7 @@ def test_endpoint_coalescing_recovers_losses_by_fast_retransmit(mtu: int) -> Non
 def test_a_coalescing_receiver_hands_the_core_each_packets_arrival_time() -> None:
     """Read 80 ms late, a datagram still counts as arrived when the kernel stamped it: the held
     ACK's deadline runs from the arrival, not from the read."""
-    r = Receiver(TransportConfig(ack_delay=0.05, ack_batch=4), bind="127.0.0.1", port=0)
+    r = Receiver(TransportConfig(ack_delay=0.05, ack_batch=4, ack_on_message=True), bind="127.0.0.1", port=0)
     r.open()
     c = _client(r)
     try:
@@ -261,11 +261,24 @@ def test_a_coalescing_receiver_hands_the_core_each_packets_arrival_time() -> Non
         peer = next(iter(r.peers.values()))
         assert sent_at - 0.001 <= peer.last <= sent_at + 0.02 < read_at
         assert peer.conn.get_timer() == pytest.approx(peer.last + 0.05)
-        # Packets streaming in with no ACK held: sleep until the next batch should be complete.
+        # A message streaming in with no ACK held: sleep until the next batch should be complete
+        # (7 of its 8 packets still to come, an ACK per 4).
         r._turn(read_at)  # the held ACK is overdue: it leaves now
-        assert peer.conn.ack_room == 0
+        assert peer.conn.ack_room == 0 and peer.conn.message_packets_left == 7
         r._gap, r._last_rx = 0.01, read_at
         assert r._turn(read_at) == pytest.approx(read_at + 0.04) and r.defer_reads
+        r.defer_reads = False
+        # Once the message is complete, the next packet (a request, say) is read as it arrives.
+        for psn in range(1, 8):
+            c.send(_data(psn, count=8, idx=psn))
+        _wait_readable(r)
+        later = time.monotonic()
+        r._handlers[r.sock.fileno()](later)
+        r._turn(later)
+        assert r.messages == 1 and peer.conn.message_packets_left == 0 and peer.conn.ack_room == 0
+        r._gap, r._last_rx = 0.01, later
+        r._turn(later)
+        assert not r.defer_reads
     finally:
         c.close()
         r.close()

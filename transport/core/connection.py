@@ -289,6 +289,12 @@ class Connection:
         return self._rx.ack_room
 
     @property
+    def message_packets_left(self) -> int:
+        """DATA packets the message being received (that of the latest packet) still waits for; 0
+        when it is complete: the next packet may be any message's."""
+        return self._rx.message_packets_left
+
+    @property
     def idle(self) -> bool:
         """Nothing outstanding, nothing queued to send, no ACK owed."""
         return not (self._send_queue or self._recovery.sent or self._rx.owes_ack)

@@ -116,6 +116,12 @@ class Reassembler:
                 room = left
         return room if room > 0 else 1
 
+    @property
+    def message_packets_left(self) -> int:
+        """Packets the message of the latest accepted packet still waits for; 0 once it is complete."""
+        r = self._last_reasm
+        return 0 if r is None else r.frag_count - r.received
+
     def on_timer(self, now: float) -> None:
         """Release the held ACK once its deadline has come."""
         if self._ack_pending and self.ack_deadline is not None and now >= self.ack_deadline:

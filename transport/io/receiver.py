@@ -414,10 +414,11 @@ class Receiver(EventLoop):
 
         While the one connection holds an ACK: until `wake` (its deadline at the latest) or when
         the packets that send it at once should have arrived, at the rate packets have been
-        arriving. With arrival times from the kernel, also between ACKs while packets stream in:
+        arriving. With arrival times from the kernel, also between ACKs while a message streams in:
         until the next batch should be complete, but no later than any first packet's deadline.
         """
-        room = next(iter(self.peers.values())).conn.ack_room
+        conn = next(iter(self.peers.values())).conn
+        room = conn.ack_room
         gap = self._gap
         if room:
             until = wake
@@ -425,10 +426,12 @@ class Receiver(EventLoop):
                 fill = now + room * gap
                 if until is None or fill < until:
                     until = fill
-        elif self._stamped and gap and now - self._last_rx <= 2 * gap:
-            # The next batch's first packet is stamped as it arrives, so its ACK's hold and RTT
-            # echo stay exact however late it is read; reading by its deadline keeps the ACK on time.
-            until = now + min(self.config.ack_batch * gap, self.config.ack_delay)
+        elif self._stamped and gap and now - self._last_rx <= 2 * gap and (left := conn.message_packets_left):
+            # Mid-message (a message's last packet, or a request, is read as it arrives): the next
+            # batch's first packet is stamped as it arrives, so its ACK's hold and RTT echo stay
+            # exact however late it is read, and reading by its deadline keeps the ACK on time.
+            batch = self.config.ack_batch
+            until = now + min((left if left < batch else batch) * gap, self.config.ack_delay)
             if wake is not None and wake < until:
                 until = wake
         else:
