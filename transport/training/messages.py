@@ -4,8 +4,8 @@ Ranks talk to each other only through a step's collective (``COLL``, tagged with
 the step so that a message of a rolled-back attempt or of a step not yet started is never mistaken for
 the current one). Ranks talk to storage hosts through transfers: a write is ``WRITE`` chunks answered by
 one ``WRITTEN`` once the last byte is in; a read is a ``READ`` request answered by ``DATA`` chunks.
-The job's coordinator (on one storage host, as a rendezvous store would be) hears ``COMMIT``,
-``FAILED`` and ``FINISHED`` from ranks and answers with ``RESTART`` and ``END``.
+The job's coordinator (on one storage host, as a rendezvous store would be) hears ``JOIN``,
+``COMMIT``, ``FAILED`` and ``FINISHED`` from ranks and answers with ``GO``, ``RESTART`` and ``END``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ class Kind(enum.IntEnum):
     RESTART = 8  # epoch, step: every rank restarts from the checkpoint of that step
     FINISHED = 9  # rank, epoch: the rank has done every step
     END = 10  # the job is over
+    JOIN = 11  # rank, epoch: the rank is ready to run the epoch (started, or restored)
+    GO = 12  # epoch: every rank has joined the epoch
 
 
 class MessageError(ValueError):
@@ -48,6 +50,8 @@ _FIELDS: dict[Kind, struct.Struct] = {
     Kind.RESTART: struct.Struct("!II"),
     Kind.FINISHED: struct.Struct("!II"),
     Kind.END: struct.Struct("!"),
+    Kind.JOIN: struct.Struct("!II"),
+    Kind.GO: struct.Struct("!I"),
 }
 
 

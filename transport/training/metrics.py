@@ -58,7 +58,8 @@ def job_steps(reports: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             secs = rec["end"] - rec["start"]
             cur = by_key.get(key)
             if cur is None or secs > cur["seconds"]:
-                by_key[key] = {**{p: rec[p] for p in PARTS}, "step": rec["step"], "epoch": rec["epoch"],
+                by_key[key] = {**{p: rec[p] for p in PARTS}, "final_flush_s": rec.get("final_flush_s", 0.0),
+                               "step": rec["step"], "epoch": rec["epoch"],
                                "start": rec["start"], "seconds": secs, "outcome": rec["outcome"],
                                "lost": rec["lost"]}
             if rec["outcome"] != "done":
@@ -82,8 +83,8 @@ def job_summary(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     useful_compute = sum(s["compute_s"] for s in useful)
     lost = max((sum(rb["steps_lost"] for rb in r.get("rollbacks", [])) for r in reports), default=0)
     rollbacks = max((len(r.get("rollbacks", [])) for r in reports), default=0)
-    restore = [rb["restored_at"] - rb["at"] for r in reports for rb in r.get("rollbacks", [])
-               if rb.get("restored_at") is not None]
+    restore = [rb["resumed_at"] - rb["at"] for r in reports for rb in r.get("rollbacks", [])
+               if rb.get("resumed_at") is not None]
     ckpt = [t for r in reports for t in r.get("checkpoint_times_s", [])]
     spec_steps = max((r.get("steps", 0) for r in reports), default=0)
     useful_steps = len({s["step"] for s in useful})
@@ -100,6 +101,7 @@ def job_summary(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "breakdown_s": parts,
         "compute_share": (useful_compute / wall) if wall else None,
         "checkpoint_stall_s": parts["checkpoint_stall_s"],
+        "final_flush_s": max((s.get("final_flush_s", 0.0) for s in steps), default=0.0),
         "checkpoint_time_s": (sum(ckpt) / len(ckpt)) if ckpt else None,
         "checkpoints": len(ckpt) // max(1, len(reports)),
         "steps_lost": lost,

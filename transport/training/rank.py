@@ -14,20 +14,22 @@ read). Storage hosts are transport/training/storage.py, which also holds the job
 
 The table, phase x event -> next phase (anything else raises TrainingStateError):
 
-    SETUP       START -> WAIT_DATA
+    SETUP       START -> RENDEZVOUS
+    RENDEZVOUS  GO -> WAIT_DATA
     WAIT_DATA   DATA_READY -> COMPUTE
     COMPUTE     COMPUTE_DONE -> COLLECTIVE
     COLLECTIVE  STEP_DONE -> WAIT_DATA | CHECKPOINT_DUE -> CHECKPOINT | LAST_STEP -> FINISHED
                 TIMEOUT -> FAILED
     CHECKPOINT  STALL_OVER -> WAIT_DATA | LAST_STALL_OVER -> FINISHED
     FAILED      (waits for RESTART)
-    RESTORE     RESTORED -> WAIT_DATA
+    RESTORE     RESTORED -> RENDEZVOUS
     FINISHED    END -> EXITED
     any phase but SETUP and EXITED: RESTART -> RESTORE;
     any phase: COLL_MESSAGE and TRANSFER_DONE keep the phase (background work: a prefetch, an
     asynchronous checkpoint, a peer already in the next step, or started before this rank).
 
-CHECKPOINT is the step's checkpoint stall: a synchronous write in progress, or an asynchronous one
+RENDEZVOUS waits until every rank has joined the epoch (the coordinator's GO), at the start and
+after a restore. CHECKPOINT is the step's checkpoint stall: a synchronous write in progress, or an asynchronous one
 waiting for the previous write to finish (and, after the last step, the last write to finish).
 """
 
@@ -48,6 +50,7 @@ Sends = list[tuple[str, bytes]]  # (node name, message)
 
 class Phase(enum.StrEnum):
     SETUP = "setup"
+    RENDEZVOUS = "rendezvous"  # joined the epoch; waiting for every rank to
     WAIT_DATA = "wait_data"
     COMPUTE = "compute"
     COLLECTIVE = "collective"
@@ -60,6 +63,7 @@ class Phase(enum.StrEnum):
 
 class Event(enum.Enum):
     START = "start"
+    GO = "go"
     DATA_READY = "data ready"
     COMPUTE_DONE = "compute done"
     STEP_DONE = "step done"
@@ -80,14 +84,15 @@ _BACKGROUND = {Event.COLL_MESSAGE: None, Event.TRANSFER_DONE: None}  # None: the
 
 def _table() -> dict[Phase, dict[Event, Phase | None]]:
     t: dict[Phase, dict[Event, Phase | None]] = {
-        Phase.SETUP: {Event.START: Phase.WAIT_DATA},
+        Phase.SETUP: {Event.START: Phase.RENDEZVOUS},
+        Phase.RENDEZVOUS: {Event.GO: Phase.WAIT_DATA},
         Phase.WAIT_DATA: {Event.DATA_READY: Phase.COMPUTE},
         Phase.COMPUTE: {Event.COMPUTE_DONE: Phase.COLLECTIVE},
         Phase.COLLECTIVE: {Event.STEP_DONE: Phase.WAIT_DATA, Event.CHECKPOINT_DUE: Phase.CHECKPOINT,
                            Event.LAST_STEP: Phase.FINISHED, Event.TIMEOUT: Phase.FAILED},
         Phase.CHECKPOINT: {Event.STALL_OVER: Phase.WAIT_DATA, Event.LAST_STALL_OVER: Phase.FINISHED},
         Phase.FAILED: {},
-        Phase.RESTORE: {Event.RESTORED: Phase.WAIT_DATA},
+        Phase.RESTORE: {Event.RESTORED: Phase.RENDEZVOUS},
         Phase.FINISHED: {Event.END: Phase.EXITED},
         Phase.EXITED: {},
     }
@@ -136,6 +141,9 @@ class StepRecord:
     compute_s: float = 0.0
     comm_s: float = 0.0
     checkpoint_stall_s: float = 0.0
+    # After the last step of an asynchronous job: waiting for the writes still in the background. Not a
+    # step's stall (a long job pays it once), so apart; the job's wall time includes it.
+    final_flush_s: float = 0.0
     end: float | None = None
     outcome: str = "running"  # "done" | "failed" (its collective timed out) | "aborted" (a peer's restart)
     lost: bool = False  # it was done, then rolled back
@@ -153,7 +161,8 @@ class Rollback:
     restart_from: int  # the checkpoint's step
     steps_lost: int
     at: float
-    restored_at: float | None = None
+    restored_at: float | None = None  # the checkpoint is read back
+    resumed_at: float | None = None  # every rank has restored: the epoch starts
 
 
 @dataclass(eq=False)
@@ -172,7 +181,7 @@ class TrainingRank:
     records: list[StepRecord] = field(default_factory=list, init=False)
     transfers: list[Transfer] = field(default_factory=list, init=False)
     rollbacks: list[Rollback] = field(default_factory=list, init=False)
-    started_at: float | None = field(default=None, init=False)
+    started_at: float | None = field(default=None, init=False)  # the first epoch's GO: training starts
     finished_at: float | None = field(default=None, init=False)  # the last step (and checkpoint) done
     stale_messages: int = field(default=0, init=False)
     mismatches: int = field(default=0, init=False)
@@ -221,16 +230,30 @@ class TrainingRank:
         elif self.phase is Phase.COLLECTIVE:
             rec.comm_s += spent
         elif self.phase is Phase.CHECKPOINT:
-            rec.checkpoint_stall_s += spent
+            if self.spec.checkpoint_mode == "async" and self.step >= self.spec.steps:
+                rec.final_flush_s += spent
+            else:
+                rec.checkpoint_stall_s += spent
 
     # -- API ------------------------------------------------------------------------------------------
 
     def start(self, now: float) -> Sends:
         self._fire(Event.START, now)
-        self.started_at = now
-        out: Sends = []
+        return [self._join()]
+
+    def _join(self) -> tuple[str, bytes]:
+        return self.hosts.coordinator, encode(Kind.JOIN, self.rank, self.epoch)
+
+    def _on_go(self, epoch: int, now: float, out: Sends) -> None:
+        if epoch != self.epoch or self.phase is not Phase.RENDEZVOUS:
+            self.stale_messages += 1
+            return
+        self._fire(Event.GO, now)
+        if self.started_at is None:
+            self.started_at = now
+        if self.rollbacks:
+            self.rollbacks[-1].resumed_at = now
         self._begin_step(now, out)
-        return out
 
     def wake_time(self) -> float | None:
         times = []
@@ -265,6 +288,8 @@ class TrainingRank:
             self._on_transfer_bytes(msg.fields[0], None, now, out)
         elif msg.kind is Kind.DATA:
             self._on_transfer_bytes(msg.fields[0], len(msg.payload), now, out)
+        elif msg.kind is Kind.GO:
+            self._on_go(msg.fields[0], now, out)
         elif msg.kind is Kind.RESTART:
             self._on_restart(msg.fields[0], msg.fields[1], now, out)
         elif msg.kind is Kind.END:
@@ -449,7 +474,7 @@ class TrainingRank:
         self._restore = None
         self.rollbacks[-1].restored_at = now
         self._fire(Event.RESTORED, now)
-        self._begin_step(now, out)
+        out.append(self._join())
 
     # -- transfers ------------------------------------------------------------------------------------
 

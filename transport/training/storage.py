@@ -5,9 +5,10 @@ answers a READ of N bytes with DATA chunks of N bytes in all). It keeps no bytes
 is the transfers' time over the network, not their contents.
 
 The coordinator is what a job's rendezvous store and launcher do together (torchrun's elastic agent,
-say): it hears each rank's committed checkpoints, and on the first failure of an epoch it orders every
-rank to restart, in a new epoch, from the last checkpoint that every rank has written. When every rank
-has finished the same epoch it ends the job.
+say): it lets an epoch start once every rank has joined it (a rendezvous, so that no rank's
+collective waits on a peer still starting or restoring), it hears each rank's committed checkpoints,
+and on the first failure of an epoch it orders every rank to restart, in a new epoch, from the last
+checkpoint that every rank has written. When every rank has finished the same epoch it ends the job.
 """
 
 from __future__ import annotations
@@ -29,10 +30,17 @@ class Coordinator:
     epoch: int = 0
     committed: dict[int, int] = field(default_factory=dict)  # rank -> step of its last checkpoint
     finished: set[int] = field(default_factory=set)
+    joined: set[int] = field(default_factory=set)
     restarts: list[dict] = field(default_factory=list)  # {"epoch", "from_step", "failed_rank"}
     ended: bool = False
 
     def receive(self, kind: Kind, fields: tuple[int, ...], now: float) -> Sends:
+        if kind is Kind.JOIN:
+            rank, epoch = fields
+            if epoch != self.epoch or rank in self.joined:
+                return []
+            self.joined.add(rank)
+            return self._all(encode(Kind.GO, epoch)) if len(self.joined) == self.n_ranks else []
         if kind is Kind.COMMIT:
             rank, step = fields
             self.committed[rank] = max(self.committed.get(rank, 0), step)
@@ -44,6 +52,7 @@ class Coordinator:
             self.epoch += 1
             step = min(self.committed.get(r, 0) for r in range(self.n_ranks))
             self.finished.clear()
+            self.joined.clear()
             self.restarts.append({"epoch": self.epoch, "from_step": step, "failed_rank": rank, "at": now})
             logger.info("rank %d failed in epoch %d: every rank restarts from step %d", rank, epoch, step)
             return self._all(encode(Kind.RESTART, self.epoch, step))
@@ -88,7 +97,7 @@ class StorageHost:
             self.bytes_read += total
             return [(src, encode(Kind.DATA, tid, payload=bytes(min(CHUNK_BYTES, total - off))))
                     for off in range(0, total, CHUNK_BYTES)]
-        if msg.kind in (Kind.COMMIT, Kind.FAILED, Kind.FINISHED) and self.coordinator is not None:
+        if msg.kind in (Kind.JOIN, Kind.COMMIT, Kind.FAILED, Kind.FINISHED) and self.coordinator is not None:
             return self.coordinator.receive(msg.kind, msg.fields, now)
         raise MessageError(f"{self.name}: a {msg.kind.name} message is not for a storage host")
 
