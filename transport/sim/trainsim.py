@@ -35,7 +35,7 @@ from transport.sim.simnet import WIRE_OVERHEAD, drive
 from transport.training.messages import MessageError
 from transport.training.metrics import job_summary, rank_report
 from transport.training.rank import TrainingRank
-from transport.training.spec import JobSpec, RankHosts, rank_name
+from transport.training.spec import JobSpec, RankHosts, pair_connection_id, rank_name
 from transport.training.storage import Coordinator, StorageHost
 
 COORDINATOR = "near0"
@@ -214,11 +214,6 @@ class TrainSimResult:
     duration: float
     completed: bool
     transport: dict[str, int] = field(default_factory=dict)
-
-
-def pair_connection_id(a: str, b: str, seed: int) -> int:
-    lo, hi = sorted((a, b))
-    return zlib.crc32(f"fabriclab-training:{seed}:{lo}:{hi}".encode()) or 1
 
 
 def train_simulated(

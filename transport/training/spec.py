@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -78,3 +79,9 @@ class RankHosts:
 
 def rank_name(rank: int) -> str:
     return f"rank{rank}"
+
+
+def pair_connection_id(a: str, b: str, seed: int) -> int:
+    """The connection id of nodes a and b (either way round), agreed without talking."""
+    lo, hi = sorted((a, b))
+    return zlib.crc32(f"fabriclab-training:{seed}:{lo}:{hi}".encode()) or 1
