@@ -1,5 +1,6 @@
 """PNG plots of a results document (matplotlib, Agg backend): link utilisation heatmaps, completion-time
-CDFs, goodput vs loss, reorder-distance histograms, per-path share and goodput over time.
+CDFs, goodput vs loss, reorder-distance histograms, per-path share, goodput over time, and a training
+job's per-step timeline and step-time CDF.
 
 Each function returns the file names it wrote (relative to the output directory); a plot that has
 no data in this experiment is skipped.
@@ -212,7 +213,62 @@ def goodput_over_time(doc: ResultsDocument, out_dir: Path) -> list[str]:
     return [_save(fig, out_dir, "goodput_over_time.png")]
 
 
-PLOTS = (utilisation_heatmaps, completion_cdfs, goodput_vs_loss, reorder_histograms, path_share, goodput_over_time)
+TRAINING_PARTS = (("data_wait_s", "data wait", "tab:orange"), ("compute_s", "compute", "tab:green"),
+                  ("comm_s", "collective", "tab:blue"), ("checkpoint_stall_s", "checkpoint stall", "tab:red"))
+
+
+def _training(doc: ResultsDocument) -> dict[str, dict[str, Any]]:
+    t = (doc.get("analysis") or {}).get("training") or {}
+    return {name: s for name, s in t.items() if s.get("timeline")}
+
+
+def training_timelines(doc: ResultsDocument, out_dir: Path) -> list[str]:
+    """Per arm, every step attempt as a stacked bar of where its time went, in the order they ran;
+    attempts that failed, were aborted or rolled back are hatched."""
+    t = _training(doc)
+    if not t:
+        return []
+    fig, axes = plt.subplots(len(t), 1, figsize=(7, 1.6 + 1.5 * len(t)), squeeze=False, sharex=True)
+    for ax, (name, s) in zip(axes[:, 0], t.items(), strict=True):
+        steps = s["timeline"]
+        x = np.arange(len(steps))
+        bottom = np.zeros(len(steps))
+        hatch = ["//" if st["outcome"] != "done" or st["lost"] else "" for st in steps]
+        for key, label, colour in TRAINING_PARTS:
+            h = np.array([st[key] for st in steps])
+            bars = ax.bar(x, h, bottom=bottom, color=colour, label=label, width=0.85)
+            for bar, hh in zip(bars, hatch, strict=True):
+                bar.set_hatch(hh)
+            bottom += h
+        ax.set_ylabel("s")
+        ax.set_title(f"{name}: {s.get('useful_steps', 0)} steps, {s.get('steps_lost', 0)} lost", fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0, 0].legend(fontsize=7, ncol=4, loc="upper left")
+    axes[-1, 0].set_xlabel("step attempt (hatched: failed or rolled back)")
+    fig.suptitle(f"{doc['experiment']}: where each step's time went", fontsize=10)
+    return [_save(fig, out_dir, "training_timeline.png")]
+
+
+def step_time_cdfs(doc: ResultsDocument, out_dir: Path) -> list[str]:
+    t = _training(doc)
+    if not t:
+        return []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, s in t.items():
+        vals = sorted(st["seconds"] for st in s["timeline"] if st["outcome"] == "done")
+        if vals:
+            ax.step(vals, np.arange(1, len(vals) + 1) / len(vals), where="post", label=name)
+    ax.set_xlabel("step time (s)")
+    ax.set_ylabel("CDF")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{doc['experiment']}: step times", fontsize=10)
+    return [_save(fig, out_dir, "step_time_cdf.png")]
+
+
+PLOTS = (utilisation_heatmaps, completion_cdfs, goodput_vs_loss, reorder_histograms, path_share, goodput_over_time,
+         training_timelines, step_time_cdfs)
 
 
 def render_all(doc: ResultsDocument, out_dir: Path) -> list[str]:

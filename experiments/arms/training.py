@@ -14,8 +14,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from emulator.errors import EmulatorError
 from experiments.arms import base
 from experiments.endpoints import command_line, sender_args
+from experiments.model import Arm
 from transport.core.headers import datagram_size_for_mtu
 from transport.training.spec import rank_name
 
@@ -91,12 +93,22 @@ class Training(base.ArmKind):
     reports_reordering = False
     min_wait_s = 120.0
 
+    def describe(self, arm: Arm) -> str:
+        labels = arm.labels
+        mode = labels.get("checkpoint_mode", "sync")
+        return (super().describe(arm) + f"; data from {labels.get('data_storage', 'near')} storage, {mode} "
+                f"checkpoints to {labels.get('checkpoint_storage', 'near')} storage")
+
     def start(self, ctx: base.ArmContext) -> base.Procs:
         layout = TrainingLayout.from_dict(ctx.exp.extra["training"])
         arm = ctx.arm
         common = [*sender_args(arm.policy), "--recovery", arm.recovery, "--seed", str(ctx.seed),
                   "--mtu", str(datagram_size_for_mtu(ctx.topo.mtu))]
-        ip = {h: ctx.fab.ip(h) for h in (*layout.ranks, *layout.storage_hosts())}
+        hosts = (*layout.ranks, *layout.storage_hosts())
+        if missing := [h for h in hosts if h not in {n.name for n in ctx.topo.hosts}]:
+            raise EmulatorError(f"the training job's layout needs hosts {', '.join(missing)}, which this fabric "
+                                "lacks; run it on its own topology")
+        ip = {h: ctx.fab.ip(h) for h in hosts}
         storage, ranks = [], []
         ctx.t0 = time.monotonic()
         # A rank that speaks before its storage host listens is only retransmitted, never lost.
