@@ -214,7 +214,8 @@ def goodput_over_time(doc: ResultsDocument, out_dir: Path) -> list[str]:
 
 
 TRAINING_PARTS = (("data_wait_s", "data wait", "tab:orange"), ("compute_s", "compute", "tab:green"),
-                  ("comm_s", "collective", "tab:blue"), ("checkpoint_stall_s", "checkpoint stall", "tab:red"))
+                  ("comm_s", "collective", "tab:blue"), ("checkpoint_stall_s", "checkpoint stall", "tab:red"),
+                  ("final_flush_s", "last checkpoint's flush", "salmon"))
 
 
 def _training(doc: ResultsDocument) -> dict[str, dict[str, Any]]:
@@ -223,28 +224,37 @@ def _training(doc: ResultsDocument) -> dict[str, dict[str, Any]]:
 
 
 def training_timelines(doc: ResultsDocument, out_dir: Path) -> list[str]:
-    """Per arm, every step attempt as a stacked bar of where its time went, in the order they ran;
-    attempts that failed, were aborted or rolled back are hatched."""
+    """Per arm, the job's step attempts on the time axis, each cut into where its time went (the rest of
+    an attempt that failed or was aborted in grey); attempts rolled back or failed are hatched."""
     t = _training(doc)
     if not t:
         return []
-    fig, axes = plt.subplots(len(t), 1, figsize=(7, 1.6 + 1.5 * len(t)), squeeze=False, sharex=True)
-    for ax, (name, s) in zip(axes[:, 0], t.items(), strict=True):
+    fig, ax = plt.subplots(figsize=(8, 1.8 + 0.55 * len(t)))
+    labels = []
+    for row, (name, s) in enumerate(t.items()):
         steps = s["timeline"]
-        x = np.arange(len(steps))
-        bottom = np.zeros(len(steps))
-        hatch = ["//" if st["outcome"] != "done" or st["lost"] else "" for st in steps]
-        for key, label, colour in TRAINING_PARTS:
-            h = np.array([st[key] for st in steps])
-            bars = ax.bar(x, h, bottom=bottom, color=colour, label=label, width=0.85)
-            for bar, hh in zip(bars, hatch, strict=True):
-                bar.set_hatch(hh)
-            bottom += h
-        ax.set_ylabel("s")
-        ax.set_title(f"{name}: {s.get('useful_steps', 0)} steps, {s.get('steps_lost', 0)} lost", fontsize=9)
-        ax.grid(alpha=0.3, axis="y")
-    axes[0, 0].legend(fontsize=7, ncol=4, loc="upper left")
-    axes[-1, 0].set_xlabel("step attempt (hatched: failed or rolled back)")
+        t0 = min(st["start"] for st in steps)
+        for st in steps:
+            x = st["start"] - t0
+            hatch = "//" if st["outcome"] != "done" or st["lost"] else None
+            for key, label, colour in TRAINING_PARTS:
+                w = st.get(key, 0.0)
+                if w > 0:
+                    ax.broken_barh([(x, w)], (row - 0.4, 0.8), facecolors=colour, hatch=hatch, edgecolor="white",
+                                   linewidth=0.3, label=label)
+                    x += w
+            rest = st["start"] - t0 + st["seconds"] - x
+            if rest > 1e-6:
+                ax.broken_barh([(x, rest)], (row - 0.4, 0.8), facecolors="lightgrey", hatch=hatch,
+                               edgecolor="white", linewidth=0.3, label="waiting on another rank")
+        labels.append(f"{name}\n{s.get('steps_lost', 0)} lost")
+    handles, names = ax.get_legend_handles_labels()
+    unique = dict(zip(names, handles, strict=True))
+    ax.legend(unique.values(), unique.keys(), fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.08))
+    ax.set_yticks(range(len(t)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the job started (s); hatched: failed or rolled back")
+    ax.grid(alpha=0.3, axis="x")
     fig.suptitle(f"{doc['experiment']}: where each step's time went", fontsize=10)
     return [_save(fig, out_dir, "training_timeline.png")]
 
@@ -255,7 +265,7 @@ def step_time_cdfs(doc: ResultsDocument, out_dir: Path) -> list[str]:
         return []
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, s in t.items():
-        vals = sorted(st["seconds"] for st in s["timeline"] if st["outcome"] == "done")
+        vals = sorted(st["seconds"] - st.get("final_flush_s", 0.0) for st in s["timeline"] if st["outcome"] == "done")
         if vals:
             ax.step(vals, np.arange(1, len(vals) + 1) / len(vals), where="post", label=name)
     ax.set_xlabel("step time (s)")

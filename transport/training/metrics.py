@@ -48,25 +48,28 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def job_steps(reports: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The job's step attempts in order: each attempt's start, time and parts from its slowest rank."""
-    by_key: dict[tuple[int, int], dict[str, Any]] = {}
+    """The job's step attempts in order, each as its critical rank saw it.
+
+    A step of the job starts when its last rank starts it (a rank that started early only waits for
+    that one in the collective) and ends when its last rank ends it; its parts are those of the rank
+    that started last. So a rank's wait in the next step's collective for a peer still checkpointing
+    is not counted twice, as checkpoint stall and as communication, and the steps add up to the wall.
+    """
+    groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for rep in reports:
         for rec in rep.get("records", []):
-            if rec.get("end") is None:
-                continue
-            key = (rec["epoch"], rec["step"])
-            secs = rec["end"] - rec["start"]
-            cur = by_key.get(key)
-            if cur is None or secs > cur["seconds"]:
-                by_key[key] = {**{p: rec[p] for p in PARTS}, "final_flush_s": rec.get("final_flush_s", 0.0),
-                               "step": rec["step"], "epoch": rec["epoch"],
-                               "start": rec["start"], "seconds": secs, "outcome": rec["outcome"],
-                               "lost": rec["lost"]}
-            if rec["outcome"] != "done":
-                by_key[key]["outcome"] = rec["outcome"]
-            if rec["lost"]:
-                by_key[key]["lost"] = True
-    return sorted(by_key.values(), key=lambda s: (s["start"], s["epoch"], s["step"]))
+            if rec.get("end") is not None:
+                groups.setdefault((rec["epoch"], rec["step"]), []).append(rec)
+    steps = []
+    for (epoch, step), recs in groups.items():
+        critical = max(recs, key=lambda r: r["start"])
+        end = max(r["end"] for r in recs)
+        outcome = next((r["outcome"] for r in recs if r["outcome"] != "done"), "done")
+        flush = max(r.get("final_flush_s", 0.0) for r in recs)
+        steps.append({**{p: critical[p] for p in PARTS}, "final_flush_s": flush,
+                      "step": step, "epoch": epoch, "start": critical["start"], "seconds": end - critical["start"],
+                      "outcome": outcome, "lost": any(r["lost"] for r in recs)})
+    return sorted(steps, key=lambda s: (s["start"], s["epoch"], s["step"]))
 
 
 def job_summary(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -74,7 +77,7 @@ def job_summary(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     steps = job_steps(reports)
     done = [s for s in steps if s["outcome"] == "done"]
     useful = [s for s in done if not s["lost"]]
-    times = [s["seconds"] for s in done]
+    times = [s["seconds"] - s["final_flush_s"] for s in done]  # the job's end waiting for its last write is no step's
     starts = [r["started_at"] for r in reports if r.get("started_at") is not None]
     ends = [r["finished_at"] for r in reports if r.get("finished_at") is not None]
     finished = bool(reports) and len(ends) == len(reports)
