@@ -12,7 +12,16 @@ import argparse
 import signal
 import sys
 
-from cli.args import count_arg, destination_arg, nonneg_float, nonneg_int, port_arg, positive_int, positive_seconds
+from cli.args import (
+    add_path_policy_argument,
+    count_arg,
+    destination_arg,
+    nonneg_float,
+    nonneg_int,
+    port_arg,
+    positive_int,
+    positive_seconds,
+)
 from transport.core.config import RECOVERY_MODES, TransportConfig
 from transport.core.paths import POLICIES
 from transport.io.endpoint import EndpointError, write_json
@@ -89,6 +98,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     add_job_arguments(p)
     p.add_argument("--policy", choices=POLICIES.names(), default=TransportConfig.path_policy,
                    help=f"path (EV) policy: {POLICIES.help()}")
+    add_path_policy_argument(p)
     p.add_argument("--recovery", choices=RECOVERY_MODES, default="selective")
     p.add_argument("--evs", type=positive_int, default=16, help="entropy values = source ports per node")
     p.add_argument("--base-port", type=port_arg, default=40000, help="source port of EV 0")
@@ -101,7 +111,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
 
 def node_options(args: argparse.Namespace) -> NodeOptions:
-    config = TransportConfig(path_policy=args.policy, recovery=args.recovery, num_evs=args.evs, mtu=args.mtu)
+    config = TransportConfig(path_policy=args.path_policy or args.policy, recovery=args.recovery, num_evs=args.evs, mtu=args.mtu)
     return NodeOptions(
         name=args.name, nodes=args.nodes, spec=job_spec(args),
         hosts=RankHosts(data=args.data_host, checkpoint=args.checkpoint_host, coordinator=args.coordinator),
