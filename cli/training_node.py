@@ -111,7 +111,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
 
 def node_options(args: argparse.Namespace) -> NodeOptions:
-    config = TransportConfig(path_policy=args.path_policy or args.policy, recovery=args.recovery, num_evs=args.evs, mtu=args.mtu)
+    config = TransportConfig(path_policy=args.path_policy or args.policy, recovery=args.recovery, num_evs=args.evs,
+                             mtu=args.mtu)
     return NodeOptions(
         name=args.name, nodes=args.nodes, spec=job_spec(args),
         hosts=RankHosts(data=args.data_host, checkpoint=args.checkpoint_host, coordinator=args.coordinator),
