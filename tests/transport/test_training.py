@@ -176,3 +176,30 @@ def test_storage_host_answers_writes_once_complete_and_reads_in_full() -> None:
     assert sum(len(decode(m).payload) for _, m in chunks) == 200_000
     with pytest.raises(MessageError):
         s.receive("rank0", encode(Kind.GO, 0), 0.0)  # no coordinator here
+
+
+def test_train_node_processes_run_a_job_over_loopback(tmp_path) -> None:
+    """Every node its own `python -m cli.endpoint train-node` process, as in the emulated hosts."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    base = 30000 + (os.getpid() % 400) * 50
+    names = ["rank0", "rank1", "near0"]
+    nodes = ",".join(f"{n}=127.0.0.1:{base + i}" for i, n in enumerate(names))
+    procs = []
+    for i, n in enumerate(names):
+        cmd = [sys.executable, "-m", "cli.endpoint", "train-node", "--name", n, "--nodes", nodes, "--evs", "4",
+               "--base-port", str(base + 100 + 16 * i), "--steps", "3", "--compute-s", "0.01",
+               "--collective-bytes", "8K", "--data-bytes", "2K", "--checkpoint-every", "2",
+               "--checkpoint-bytes", "16K", "--timeout", "30", "--json-out", str(tmp_path / f"{n}.json")]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=90) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    assert "3 steps, 0 rollbacks, correct" in outs[0][0]
+    reports = [json.loads((tmp_path / f"{n}.json").read_text())["report"] for n in names[:2]]
+    s = job_summary(reports)
+    assert s["finished"] and s["correct"] and s["useful_steps"] == 3 and s["checkpoints"] == 1
+    store = json.loads((tmp_path / "near0.json").read_text())
+    assert store["ended"] and store["storage"]["writes_done"] == 2 and store["storage"]["bytes_read"] == 2 * 3 * 2048
