@@ -108,6 +108,14 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    help="seconds without hearing anything before giving up")
     p.add_argument("--json-out", default=None, metavar="FILE", help="write the results as JSON (also on SIGTERM)")
     p.set_defaults(func=_cmd_train_node)
+    b = bench.add_parser(
+        "training", help="the training experiment's arms on the simulated fabric (virtual clock, no root)",
+        description="Run every arm of `fabriclab run training` on the simulated leaf-spine (the same job, "
+        "rates, storage and faults, on a virtual clock: no CPU limit, no root) and print each arm's step "
+        "times, compute share, checkpoint stall, steps lost and goodput, and the summary's sentences, as JSON.")
+    b.add_argument("--seed", type=int, default=None, help="the simulation's seed (default: the experiment's)")
+    b.add_argument("--arms", default=None, help="comma-separated arm names (default: all)")
+    b.set_defaults(func=_cmd_bench_training)
 
 
 def node_options(args: argparse.Namespace) -> NodeOptions:
@@ -119,6 +127,22 @@ def node_options(args: argparse.Namespace) -> NodeOptions:
         coordinator=args.coordinator, config=config, base_port=args.base_port, seed=args.seed,
         timeout=args.timeout,
     )
+
+
+def _cmd_bench_training(args: argparse.Namespace) -> int:
+    import json
+
+    from experiments.scenarios import training  # the experiments only here: train-node stays light
+
+    arms = tuple(a.strip() for a in args.arms.split(",")) if args.arms else training.ARMS
+    if unknown := [a for a in arms if a not in training.ARMS]:
+        print(f"{args.prog}: error: unknown arm {unknown[0]}; use some of {', '.join(training.ARMS)}", file=sys.stderr)
+        return EXIT_USAGE
+    doc = training.simulate(args.seed, arms)
+    doc["arms"] = [{"name": a} for a in doc["analysis"]["training"]]
+    out = {name: {k: v for k, v in s.items() if k != "timeline"} for name, s in doc["analysis"]["training"].items()}
+    print(json.dumps({"arms": out, "sentences": training.sentences(doc)}, indent=2))
+    return EXIT_OK
 
 
 def _cmd_train_node(args: argparse.Namespace) -> int:

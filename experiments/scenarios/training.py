@@ -88,6 +88,10 @@ def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
     return {"training": out}
 
 
+def _n(count: int, what: str) -> str:
+    return f"{count} {what}" + ("" if count == 1 else "s")
+
+
 def _ratio(x: float | None, y: float | None) -> float | None:
     return x / y if x is not None and y else None
 
@@ -103,23 +107,28 @@ def sentences(doc: ResultsDocument) -> list[str]:
         out.append(f"{name}: step time p50 {secs(s['step_time_p50_s'])}, p99 {secs(s['step_time_p99_s'])}; "
                    f"computing {s['compute_share'] * 100:.0f} % of the wall time{wall}; "
                    f"checkpoint stall {secs(s['checkpoint_stall_s'])}; "
-                   f"{s['steps_lost']} steps lost in {s['rollbacks']} rollbacks; "
+                   f"{_n(s['steps_lost'], 'step')} lost in {_n(s['rollbacks'], 'rollback')}; "
                    f"{s['goodput_steps_per_s']:.2f} useful steps/s"
                    + ("." if s["correct"] else "; a collective's result differed from numpy's."))
     arms = arms_by_name(doc)
     have = lambda *names: all(n in t and t[n].get("finished") for n in names)  # noqa: E731
     if have(ECMP, SPRAY) and (r := _ratio(t[SPRAY]["step_time_p99_s"], t[ECMP]["step_time_p99_s"])):
+        why = ("ECMP hashed ring edges of a leaf onto one uplink" if r < 0.9 else
+               "ECMP's hashes spread the ring edges this time: two edges per leaf meet on one of two uplinks "
+               "with even odds")
         out.append(f"Spraying's p99 step time is {r:.2f}x ECMP's ({secs(t[SPRAY]['step_time_p99_s'])} against "
-                   f"{secs(t[ECMP]['step_time_p99_s'])}): what hashing two ring edges onto one uplink costs a step.")
+                   f"{secs(t[ECMP]['step_time_p99_s'])}): {why}.")
     if have(SPRAY, FAR_SYNC):
         extra = t[FAR_SYNC]["checkpoint_stall_s"] - t[SPRAY]["checkpoint_stall_s"]
         out.append(f"Checkpointing to far storage stalls the job {secs(extra)} more than near storage "
                    f"({secs(t[FAR_SYNC]['checkpoint_stall_s'])} against {secs(t[SPRAY]['checkpoint_stall_s'])}), "
                    f"{secs(t[FAR_SYNC]['checkpoint_time_s'])} per checkpoint.")
     if have(FAR_SYNC, FAR_ASYNC) and t[FAR_SYNC]["checkpoint_stall_s"]:
-        hidden = 1 - t[FAR_ASYNC]["checkpoint_stall_s"] / t[FAR_SYNC]["checkpoint_stall_s"]
-        out.append(f"Asynchronous checkpointing hides {hidden * 100:.0f} % of that stall (the target is 50 %); "
-                   f"its last write holds the job's end {secs(t[FAR_ASYNC].get('final_flush_s'))}.")
+        sync, stall, flush = t[FAR_SYNC]["checkpoint_stall_s"], t[FAR_ASYNC]["checkpoint_stall_s"], \
+            t[FAR_ASYNC].get("final_flush_s") or 0.0
+        out.append(f"Asynchronous checkpointing hides {(1 - stall / sync) * 100:.0f} % of that stall (the target is "
+                   f"50 %); its last write holds the job's end {secs(flush)}, and counting that, it hides "
+                   f"{(1 - (stall + flush) / sync) * 100:.0f} %.")
     if have(LOSS_SR, LOSS_GBN) and (r := _ratio(t[LOSS_GBN]["step_time_p50_s"], t[LOSS_SR]["step_time_p50_s"])):
         gbn, sr = t[LOSS_GBN].get("retransmissions", 0), t[LOSS_SR].get("retransmissions", 0)
         out.append(f"Under 2 % loss, go-back-N's median step is {r:.2f}x selective repeat's, with "
@@ -127,9 +136,63 @@ def sentences(doc: ResultsDocument) -> list[str]:
     if have(SPRAY, CUT):
         c = t[CUT]
         lost_rate = _ratio(c["goodput_steps_per_s"], t[SPRAY]["goodput_steps_per_s"])
-        out.append(f"The cut link timed a collective out: {c['rollbacks']} rollbacks cost {c['steps_lost']} steps "
+        out.append(f"The cut link timed a collective out: {_n(c['rollbacks'], 'rollback')} cost "
+                   f"{_n(c['steps_lost'], 'step')} "
                    f"and {secs(c.get('restore_s'))} to restore"
                    + (f"; the job's goodput fell to {lost_rate:.2f}x." if lost_rate is not None else "."))
     if not arms:
         out.append("No arm finished.")
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The same arms on the virtual clock (transport/sim/trainsim.py), without root: what the model predicts
+
+
+def simulated_arm(exp: Experiment, arm: Arm, seed: int | None = None) -> dict[str, Any]:
+    """Run one arm's job on the simulated fabric shaped like the default one; the job's summary.
+
+    The simulated fabric has the same rates, ranks per leaf (interleaved in ring order, as the ranks'
+    hosts are) and storage; faults map onto it: loss on a leaf-spine link (the simulation puts it on
+    leaf 0's first uplink), a cut rank access link (its down interval, counted from the job's start),
+    the far host's rate. Its packets cross store-and-forward queues with no CPU in the way.
+    """
+    from transport.core.config import TransportConfig
+    from transport.sim.trainsim import TrainFabric, train_simulated
+    from transport.training.collective import CollectiveSpec
+    from transport.training.spec import JobSpec, rank_name
+
+    layout = TrainingLayout.from_dict(exp.extra["training"])
+    topo_rates = dict(p.split("=") for p in exp.topology.split(":", 1)[1].split(","))
+    job = {**layout.job, **{k: v for k, v in arm.labels.items() if k in layout.job}}
+    spec = JobSpec(steps=job["steps"], compute_s=job["compute_s"],
+                   collective=CollectiveSpec(job["collective"], job["collective_bytes"]), data_bytes=job["data_bytes"],
+                   prefetch=job["prefetch"], checkpoint_every=job["checkpoint_every"],
+                   checkpoint_bytes=job["checkpoint_bytes"], checkpoint_mode=job["checkpoint_mode"],
+                   collective_timeout_s=job["collective_timeout_s"])
+    host = float(topo_rates["host_rate"]) * 1e6
+    fab = TrainFabric(leaves=2, ranks_per_leaf=len(layout.ranks) // 2, spines=int(topo_rates["spines"]),
+                      host_rate_bps=host, uplink_rate_bps=float(topo_rates["fabric_rate"]) * 1e6,
+                      storage_rate_bps=host, far_rate_bps=host, far_delay=0.0001, queue_packets=100)
+    down: dict[str, float] = {}
+    for f in arm.faults:
+        if f.kind == "rate" and layout.far in (f.a, f.b):
+            fab.far_rate_bps = f.value * 1e6
+        elif f.kind == "loss":
+            fab.loss = f.value / 100
+        elif f.kind == "link_down":
+            down[f.a] = f.at_s
+        elif f.kind == "link_up" and f.a in down:
+            fab.cut = (rank_name(layout.ranks.index(f.a)), down.pop(f.a), f.at_s)
+    config = TransportConfig(path_policy=arm.policy, recovery=arm.recovery, mtu=8972)
+    r = train_simulated(spec, fab, config, data_storage=arm.labels.get("data_storage", "near"),
+                        checkpoint_storage=arm.labels.get("checkpoint_storage", "near"),
+                        seed=exp.seed if seed is None else seed)
+    return {**r.summary, "retransmissions": r.transport["retransmissions"], "simulated_s": r.duration}
+
+
+def simulate(seed: int | None = None, arms: tuple[str, ...] = ARMS) -> dict[str, Any]:
+    """Every arm on the virtual clock, and the doc-shaped result the sentences read."""
+    exp = build()
+    return {"analysis": {"training": {a.name: simulated_arm(exp, a, seed) for a in exp.arms if a.name in arms}},
+            "arms": []}

@@ -140,3 +140,34 @@ def test_a_job_over_loopback_sockets_becomes_the_arms_results(tmp_path: Path) ->
     written = plots.render_all(doc, tmp_path)
     assert {"training_timeline.png", "step_time_cdf.png"} <= set(written)
     assert all((tmp_path / w).stat().st_size > 0 for w in written)
+
+
+def test_the_default_arms_on_the_virtual_clock_show_what_the_network_costs() -> None:
+    doc = training.simulate()
+    t = doc["analysis"]["training"]
+    assert set(t) == set(training.ARMS)
+    assert all(s["finished"] and s["correct"] and s["useful_steps"] == s["steps"] for s in t.values())
+    near, far, far_async = t[training.SPRAY], t[training.FAR_SYNC], t[training.FAR_ASYNC]
+    assert far["checkpoint_stall_s"] > 3 * near["checkpoint_stall_s"] > 0
+    assert far_async["checkpoint_stall_s"] <= 0.5 * far["checkpoint_stall_s"]
+    assert far_async["wall_s"] < far["wall_s"]
+    cut = t[training.CUT]
+    assert cut["rollbacks"] >= 1 and cut["step_attempts"] > near["step_attempts"]
+    assert cut["goodput_steps_per_s"] < near["goodput_steps_per_s"]
+    assert t[training.LOSS_GBN]["retransmissions"] > t[training.LOSS_SR]["retransmissions"]
+    doc["arms"] = [{"name": n} for n in t]
+    text = training.sentences(doc)
+    assert any(s.startswith("Asynchronous checkpointing hides") for s in text)
+    assert any(s.startswith("The cut link timed a collective out") for s in text)
+
+
+def test_bench_training_prints_the_simulated_arms(capsys) -> None:
+    import json
+
+    from cli.main import main
+
+    assert main(["bench", "training", "--arms", f"{training.SPRAY},{training.FAR_SYNC}"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["arms"]) == {training.SPRAY, training.FAR_SYNC}
+    assert "timeline" not in out["arms"][training.SPRAY] and out["sentences"]
+    assert main(["bench", "training", "--arms", "nope"]) == 2
