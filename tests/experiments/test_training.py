@@ -171,3 +171,15 @@ def test_bench_training_prints_the_simulated_arms(capsys) -> None:
     assert set(out["arms"]) == {training.SPRAY, training.FAR_SYNC}
     assert "timeline" not in out["arms"][training.SPRAY] and out["sentences"]
     assert main(["bench", "training", "--arms", "nope"]) == 2
+
+
+def test_duration_scales_the_jobs_steps_and_keeps_a_checkpoint() -> None:
+    from experiments import overrides
+
+    exp = catalogue.get("training").build()
+    job = exp.extra["training"]["job"]
+    longer = overrides.with_overrides(exp, duration=2 * exp.duration_s)
+    assert longer.extra["training"]["job"]["steps"] == 2 * job["steps"]
+    smoke = overrides.with_overrides(exp, duration=0.1)
+    assert smoke.extra["training"]["job"]["steps"] == job["checkpoint_every"]
+    assert exp.extra["training"]["job"]["steps"] == job["steps"]  # the original is left alone
