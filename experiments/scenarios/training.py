@@ -113,9 +113,11 @@ def sentences(doc: ResultsDocument) -> list[str]:
     arms = arms_by_name(doc)
     have = lambda *names: all(n in t and t[n].get("finished") for n in names)  # noqa: E731
     if have(ECMP, SPRAY) and (r := _ratio(t[SPRAY]["step_time_p99_s"], t[ECMP]["step_time_p99_s"])):
-        why = ("ECMP hashed ring edges of a leaf onto one uplink" if r < 0.9 else
-               "ECMP's hashes spread the ring edges this time: two edges per leaf meet on one of two uplinks "
-               "with even odds")
+        # A collision slows every step of the ring, not only the tail: the median says whether it happened.
+        median = _ratio(t[SPRAY]["step_time_p50_s"], t[ECMP]["step_time_p50_s"])
+        why = ("ECMP hashed ring edges of a leaf onto one uplink, which slowed every step" if median and median < 0.85
+               else "ECMP's hashes kept the ring edges apart this time (two edges of a leaf meet on one of two "
+               "uplinks with even odds), so the median steps are alike")
         out.append(f"Spraying's p99 step time is {r:.2f}x ECMP's ({secs(t[SPRAY]['step_time_p99_s'])} against "
                    f"{secs(t[ECMP]['step_time_p99_s'])}): {why}.")
     if have(SPRAY, FAR_SYNC):
