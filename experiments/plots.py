@@ -86,29 +86,35 @@ def utilisation_heatmaps(doc: ResultsDocument, out_dir: Path) -> list[str]:
     return [_save(fig, out_dir, "link_utilisation.png")]
 
 
-def completion_cdfs(doc: ResultsDocument, out_dir: Path) -> list[str]:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    drawn = False
-    for a in _ok(doc):
-        vals = sorted(f["duration_s"] for f in a["flows"] if f.get("duration_s"))
-        if a.get("completion_kind") == "message":
-            vals = sorted(f["message_p50_s"] for f in a["flows"] if f.get("message_p50_s"))
-        if not vals:
-            continue
-        y = np.arange(1, len(vals) + 1) / len(vals)
-        ax.step(vals, y, where="post", label=a["name"])
-        drawn = True
-    if not drawn:
-        plt.close(fig)
+def _cdfs(doc: ResultsDocument, series: dict[str, list[float]], xlabel: str, what: str, out_dir: Path,
+          name: str) -> list[str]:
+    """One step CDF per labelled series of values (none drawn: no file)."""
+    series = {label: sorted(v) for label, v in series.items() if v}
+    if not series:
         return []
-    kind = "flow" if any(a.get("completion_kind") == "flow" for a in _ok(doc)) else "message (per-flow median)"
-    ax.set_xlabel(f"{kind} completion time (s)")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, vals in series.items():
+        ax.step(vals, np.arange(1, len(vals) + 1) / len(vals), where="post", label=label)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("CDF")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(f"{doc['experiment']}: completion times", fontsize=10)
-    return [_save(fig, out_dir, "completion_cdf.png")]
+    ax.set_title(f"{doc['experiment']}: {what}", fontsize=10)
+    return [_save(fig, out_dir, name)]
+
+
+def completion_cdfs(doc: ResultsDocument, out_dir: Path) -> list[str]:
+    series = {}
+    for a in _ok(doc):
+        if a.get("kind") == "training":
+            continue  # a rank's wall time is no completion time: its steps have their own CDF
+        if a.get("completion_kind") == "message":
+            series[a["name"]] = [f["message_p50_s"] for f in a["flows"] if f.get("message_p50_s")]
+        else:
+            series[a["name"]] = [f["duration_s"] for f in a["flows"] if f.get("duration_s")]
+    kind = "flow" if any(a.get("completion_kind") == "flow" for a in _ok(doc)) else "message (per-flow median)"
+    return _cdfs(doc, series, f"{kind} completion time (s)", "completion times", out_dir, "completion_cdf.png")
 
 
 def goodput_vs_loss(doc: ResultsDocument, out_dir: Path) -> list[str]:
@@ -260,21 +266,9 @@ def training_timelines(doc: ResultsDocument, out_dir: Path) -> list[str]:
 
 
 def step_time_cdfs(doc: ResultsDocument, out_dir: Path) -> list[str]:
-    t = _training(doc)
-    if not t:
-        return []
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, s in t.items():
-        vals = sorted(st["seconds"] - st.get("final_flush_s", 0.0) for st in s["timeline"] if st["outcome"] == "done")
-        if vals:
-            ax.step(vals, np.arange(1, len(vals) + 1) / len(vals), where="post", label=name)
-    ax.set_xlabel("step time (s)")
-    ax.set_ylabel("CDF")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(f"{doc['experiment']}: step times", fontsize=10)
-    return [_save(fig, out_dir, "step_time_cdf.png")]
+    series = {name: [st["seconds"] - st.get("final_flush_s", 0.0) for st in s["timeline"] if st["outcome"] == "done"]
+              for name, s in _training(doc).items()}
+    return _cdfs(doc, series, "step time (s)", "step times", out_dir, "step_time_cdf.png")
 
 
 PLOTS = (utilisation_heatmaps, completion_cdfs, goodput_vs_loss, reorder_histograms, path_share, goodput_over_time,

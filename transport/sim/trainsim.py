@@ -31,7 +31,7 @@ from typing import Any
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection
 from transport.core.events import MessageReceived
-from transport.sim.simnet import WIRE_OVERHEAD, drive
+from transport.sim.simnet import WIRE_OVERHEAD, SimNetwork, drive
 from transport.training.messages import MessageError
 from transport.training.metrics import job_summary, rank_report
 from transport.training.rank import TrainingRank
@@ -167,11 +167,12 @@ class FabricLinks:
         return {name: vars(hop.stats) for name, hop in self.hops.items() if hop.stats.sent}
 
 
-class PairNet:
-    """The network between two nodes, as `drive` sees one: endpoint 0 is `a`, 1 is `b`."""
+class PairNet(SimNetwork):
+    """The network between two nodes, as `drive` sees one: endpoint 0 is `a`, 1 is `b`. Its deliveries
+    are a SimNetwork's; its links are the fabric's shared hops."""
 
     def __init__(self, links: FabricLinks, a: str, b: str, seed: int) -> None:
-        self.links = links
+        self.fabric = links
         self.ends = (a, b)
         self.rng = random.Random(seed)
         self._paths: dict[tuple[int, int], list[Hop]] = {}
@@ -182,7 +183,7 @@ class PairNet:
         key = (src, ev)
         path = self._paths.get(key)
         if path is None:
-            path = self._paths[key] = self.links.path(self.ends[src], self.ends[1 - src], ev)
+            path = self._paths[key] = self.fabric.path(self.ends[src], self.ends[1 - src], ev)
         t: float | None = now
         size = len(data) + WIRE_OVERHEAD
         for hop in path:
@@ -192,16 +193,8 @@ class PairNet:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, 1 - src, data))
 
-    def next_time(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
-
-    def pop_due(self, now: float) -> list[tuple[int, bytes]]:
-        out = []
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            _, _, dst, data = heapq.heappop(heap)
-            out.append((dst, data))
-        return out
+    def link_stats(self) -> list[dict]:
+        return [{"path": name, **stats} for name, stats in self.fabric.stats().items()]
 
 
 @dataclass
