@@ -142,6 +142,16 @@ class ArmResult(_ArmRequired, total=False):
     bound_s: float | None
     ratio_to_bound: float | None
     correct: bool
+    step_time_p50_s: float | None
+    step_time_p99_s: float | None
+    compute_share: float | None
+    checkpoint_stall_s: float
+    steps_lost: int
+    goodput_steps_per_s: float | None
+    rollbacks: int
+    checkpoint_time_s: float | None
+    breakdown_s: dict[str, float]
+    job_wall_s: float | None
 
 
 # --------------------------------------------------------------------------------------------------
