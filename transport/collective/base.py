@@ -5,9 +5,15 @@ piece boundaries, the bit-for-bit comparison, and a rank's phases as a state tab
 from __future__ import annotations
 
 import enum
+import logging
 import struct
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
+Out = TypeVar("Out")  # what a rank hands its driver to send: bare bytes in a ring, addressed messages otherwise
 
 DTYPE = np.dtype("<f4")  # float32, little-endian on the wire whatever the host
 KIND_DATA = 1
@@ -65,17 +71,17 @@ def first_mismatch(result: np.ndarray, expected: np.ndarray) -> dict | None:
     }
 
 
-def encode_barrier(round_no: int) -> bytes:
-    return HEADER.pack(KIND_BARRIER, HEADER_VERSION, 0, round_no, 0, 0)
+def encode_barrier(round_no: int, version: int = HEADER_VERSION) -> bytes:
+    return HEADER.pack(KIND_BARRIER, version, 0, round_no, 0, 0)
 
 
-def decode_header(msg: bytes) -> tuple[int, int, int, int, int]:
+def decode_header(msg: bytes, expect_version: int = HEADER_VERSION) -> tuple[int, int, int, int, int]:
     """(kind, step, iteration, chunk, offset) of a ring message."""
     if len(msg) < HEADER.size:
         raise RingProtocolError(f"message of {len(msg)} bytes is shorter than the {HEADER.size}-byte header")
     kind, version, step, iteration, chunk, offset = HEADER.unpack_from(msg)
-    if version != HEADER_VERSION:
-        raise RingProtocolError(f"header version {version}, expected {HEADER_VERSION}")
+    if version != expect_version:
+        raise RingProtocolError(f"header version {version}, expected {expect_version}")
     return kind, step, iteration, chunk, offset
 
 
@@ -90,7 +96,7 @@ class Phase(enum.StrEnum):
     BARRIER = "barrier"  # waiting for every rank to listen
     READY = "ready"  # the barrier is complete; waiting for the start time
     ALLREDUCE = "allreduce"  # iterations running
-    DRAIN = "drain"  # every iteration done; the right neighbour still has to acknowledge our data
+    DRAIN = "drain"  # every iteration done; the peers still have to acknowledge our data
     DONE = "done"
 
 
@@ -131,3 +137,133 @@ TRANSITIONS: dict[Phase, dict[RankEvent, Phase]] = {
 
 class RingStateError(RingProtocolError):
     """An event the rank's phase does not allow."""
+
+
+@dataclass(eq=False)
+class RankRun(Generic[Out]):
+    """One rank's whole collective run, sans-I/O: the barrier, the iterations of its worker, the drain.
+
+    The barrier: rank 0 sends round 1 round the ring; when it returns every rank is listening, and
+    round 2 tells each rank (as it passes it on) to start. Rank 0 starts as it sends round 2. A rank
+    then starts iteration 1 at ``start_at`` (in the driver's clock) if given, else at once. Each
+    iteration's result is compared with the reference; after the last one the rank drains until the
+    driver reports (``drained``) that its peers have acknowledged everything it sent.
+
+    ``start``, ``receive`` and ``advance`` return the messages to send, in order: a subclass says how
+    one is addressed (``_to_next`` for the barrier's, which go round the ring of ranks 0, 1, .., N-1;
+    the worker's own for data). ``advance(now)`` starts what is due by ``now`` (iteration 1 at the
+    start time, the next iteration after one completes), so a driver whose clock moves on while it compares an iteration
+    with the reference can start the next one at the time the comparison ended.
+    """
+
+    worker: Any  # a RingWorker or a PlanWorker: rank, n_ranks, iterations, start_iteration(), receive()
+    # Only the table moves the phase; the rest is filled in as the run goes.
+    phase: Phase = field(default=Phase.SETUP, init=False)
+    reference: np.ndarray | None = field(default=None, init=False)
+    started: float | None = field(default=None, init=False)  # when start() was called
+    start_time: float | None = field(default=None, init=False)  # iteration 1 (known after the barrier)
+    barrier_s: float | None = field(default=None, init=False)
+    done_at: float | None = field(default=None, init=False)  # when the last iteration completed
+    iteration_times: list[float] = field(default_factory=list, init=False)
+    mismatch: dict | None = field(default=None, init=False)  # the first difference: {"iteration", ...}
+    correct: bool | None = field(default=None, init=False)  # known after the last iteration
+    _start_at: float | None = field(default=None, init=False)
+    _iteration_start: float = field(default=0.0, init=False)
+    _next_due: bool = field(default=False, init=False)  # an iteration is done and the next not started
+    header_version: ClassVar[int] = HEADER_VERSION  # messages of another version are not this run's
+
+    def _to_next(self, data: bytes) -> Out:
+        """A barrier message addressed to the next rank round the ring (rank + 1 mod N)."""
+        raise NotImplementedError
+
+    def _result(self) -> np.ndarray:
+        """The array an iteration leaves on this rank, compared with the reference."""
+        return self.worker.buf
+
+    def _fire(self, event: RankEvent) -> None:
+        try:
+            self.phase = TRANSITIONS[self.phase][event]
+        except KeyError:
+            raise RingStateError(
+                f"rank {self.worker.rank}: {event.value} is not allowed in phase {self.phase.value}"
+            ) from None
+
+    def start(self, now: float, reference: np.ndarray, start_at: float | None = None) -> list[Out]:
+        """Start the barrier; ``reference`` is the array every iteration must reproduce."""
+        self._fire(RankEvent.START)
+        self.reference = reference
+        self.started = now
+        self._start_at = start_at
+        if self.worker.n_ranks == 1:
+            self._barrier_complete(now)  # nobody to wait for
+            return []
+        return [self._to_next(encode_barrier(1, self.header_version))] if self.worker.rank == 0 else []
+
+    def receive(self, msg: bytes, now: float) -> list[Out]:
+        """Handle one message from a peer (the left neighbour in a ring); RingProtocolError if it cannot be ours now."""
+        kind, _, round_no, _, _ = decode_header(msg, self.header_version)
+        if kind == KIND_BARRIER:
+            return self._on_barrier(round_no, now)
+        if kind != KIND_DATA:
+            raise RingProtocolError(f"unknown message kind {kind}")
+        self._fire(RankEvent.DATA)
+        out = self.worker.receive(msg)
+        self._check_iteration(now)
+        return out
+
+    def _on_barrier(self, round_no: int, now: float) -> list[Out]:
+        if round_no not in (1, 2):
+            raise RingProtocolError(f"barrier round {round_no}: there are two")
+        if self.worker.rank == 0:
+            if round_no == 2:
+                self._fire(RankEvent.BARRIER_ECHO)
+                return []
+            self._barrier_complete(now)
+            return [self._to_next(encode_barrier(2, self.header_version))]
+        if round_no == 1:
+            self._fire(RankEvent.BARRIER_PASS)
+        else:
+            self._barrier_complete(now)
+        return [self._to_next(encode_barrier(round_no, self.header_version))]
+
+    def _barrier_complete(self, now: float) -> None:
+        self._fire(RankEvent.BARRIER_COMPLETE)
+        self.barrier_s = now - (self.started or 0.0)
+        self.start_time = now if self._start_at is None else max(now, self._start_at)
+
+    def wake_time(self) -> float | None:
+        """When ``advance`` next has something to do by the clock alone (the start time), if ever."""
+        return self.start_time if self.phase is Phase.READY else None
+
+    def advance(self, now: float) -> list[Out]:
+        """Start iteration 1 once the start time has come, and the next iteration once one is done."""
+        out: list[Out] = []
+        if self.phase is Phase.READY and self.start_time is not None and now >= self.start_time:
+            self._fire(RankEvent.GO)
+            self._next_due = True
+        while self._next_due and self.phase is Phase.ALLREDUCE:
+            self._next_due = False
+            self._iteration_start = now
+            out.extend(self.worker.start_iteration())
+            self._check_iteration(now)  # an iteration with nothing to receive is done at once
+        return out
+
+    def _check_iteration(self, now: float) -> None:
+        w = self.worker
+        if self.phase is not Phase.ALLREDUCE or self._next_due or not w.iteration_done:
+            return
+        self.iteration_times.append(now - self._iteration_start)
+        bad = first_mismatch(self._result(), self.reference)  # type: ignore[arg-type]
+        if bad is not None and self.mismatch is None:
+            self.mismatch = {"iteration": w.iteration, **bad}
+            logger.warning("rank %d iteration %d differs from the reference: %s", w.rank, w.iteration, bad)
+        if w.iteration + 1 >= w.iterations:
+            self.correct = self.mismatch is None
+            self.done_at = now
+            self._fire(RankEvent.LAST_ITERATION)
+        else:
+            self._next_due = True
+
+    def drained(self) -> None:
+        """The right neighbour has acknowledged everything this rank sent: the rank is done."""
+        self._fire(RankEvent.DRAINED)

@@ -20,7 +20,6 @@ a drain. The real worker (transport/io/allreduce.py) and the simulated ring both
 
 from __future__ import annotations
 
-import logging
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from transport.collective.base import (
     TRANSITIONS,
     Phase,
     RankEvent,
+    RankRun,
     RingProtocolError,
     RingStateError,
     chunk_bounds,
@@ -49,7 +49,13 @@ from transport.collective.base import (
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection
 
-logger = logging.getLogger(__name__)
+# The ring's own names and what it has always offered its users from the shared base.
+__all__ = [
+    "DEFAULT_PIECE_BYTES", "DTYPE", "HEADER", "HEADER_VERSION", "KIND_BARRIER", "KIND_DATA", "TRANSITIONS",
+    "Phase", "RankEvent", "RingProtocolError", "RingRank", "RingStateError", "RingWorker", "chunk_bounds",
+    "decode_header", "edge_connection_id", "encode_barrier", "first_mismatch", "make_input", "piece_offsets",
+    "rank_connections", "reference_from_seed", "ring_reference",
+]
 
 def ring_reference(inputs: Sequence[np.ndarray]) -> np.ndarray:
     """The all-reduced array exactly as the ring computes it: chunk c = x_c + x_{c+1} + ... (mod N)."""
@@ -223,120 +229,15 @@ class RingWorker:
 
 
 @dataclass(eq=False)
-class RingRank:
-    """One rank's whole all-reduce, sans-I/O: the barrier, the iterations of its `RingWorker`, the drain.
+class RingRank(RankRun[bytes]):
+    """One rank's whole all-reduce, sans-I/O: the barrier, the iterations of its `RingWorker`, the drain
+    (the table and its rules are `RankRun`'s, in transport/collective/base.py).
 
-    The barrier: rank 0 sends round 1 round the ring; when it returns every rank is listening, and
-    round 2 tells each rank (as it passes it on) to start. Rank 0 starts as it sends round 2. A rank
-    then starts iteration 1 at ``start_at`` (in the driver's clock) if given, else at once. Each
-    iteration's result is compared with the reference; after the last one the rank drains until the
-    driver reports (``drained``) that the right neighbour has acknowledged everything.
-
-    ``start``, ``receive`` and ``advance`` return the messages to send to the right neighbour, in
-    order; ``advance(now)`` starts what is due by ``now`` (iteration 1 at the start time, the next
-    iteration after one completes), so a driver whose clock moves on while it compares an iteration
-    with the reference can start the next one at the time the comparison ended.
+    Every message goes to the right neighbour, so ``start``, ``receive`` and ``advance`` return bare
+    payloads, in order.
     """
 
     worker: RingWorker
-    # Only the table moves the phase; the rest is filled in as the run goes.
-    phase: Phase = field(default=Phase.SETUP, init=False)
-    reference: np.ndarray | None = field(default=None, init=False)
-    started: float | None = field(default=None, init=False)  # when start() was called
-    start_time: float | None = field(default=None, init=False)  # iteration 1 (known after the barrier)
-    barrier_s: float | None = field(default=None, init=False)
-    done_at: float | None = field(default=None, init=False)  # when the last iteration completed
-    iteration_times: list[float] = field(default_factory=list, init=False)
-    mismatch: dict | None = field(default=None, init=False)  # the first difference: {"iteration", ...}
-    correct: bool | None = field(default=None, init=False)  # known after the last iteration
-    _start_at: float | None = field(default=None, init=False)
-    _iteration_start: float = field(default=0.0, init=False)
-    _next_due: bool = field(default=False, init=False)  # an iteration is done and the next not started
 
-    def _fire(self, event: RankEvent) -> None:
-        try:
-            self.phase = TRANSITIONS[self.phase][event]
-        except KeyError:
-            raise RingStateError(
-                f"rank {self.worker.rank}: {event.value} is not allowed in phase {self.phase.value}"
-            ) from None
-
-    def start(self, now: float, reference: np.ndarray, start_at: float | None = None) -> list[bytes]:
-        """Start the barrier; ``reference`` is the array every iteration must reproduce."""
-        self._fire(RankEvent.START)
-        self.reference = reference
-        self.started = now
-        self._start_at = start_at
-        if self.worker.n_ranks == 1:
-            self._barrier_complete(now)  # nobody to wait for
-            return []
-        return [encode_barrier(1)] if self.worker.rank == 0 else []
-
-    def receive(self, msg: bytes, now: float) -> list[bytes]:
-        """Handle one message from the left neighbour; RingProtocolError if it cannot be ours now."""
-        kind, _, round_no, _, _ = decode_header(msg)
-        if kind == KIND_BARRIER:
-            return self._on_barrier(round_no, now)
-        if kind != KIND_DATA:
-            raise RingProtocolError(f"unknown message kind {kind}")
-        self._fire(RankEvent.DATA)
-        out = self.worker.receive(msg)
-        self._check_iteration(now)
-        return out
-
-    def _on_barrier(self, round_no: int, now: float) -> list[bytes]:
-        if round_no not in (1, 2):
-            raise RingProtocolError(f"barrier round {round_no}: there are two")
-        if self.worker.rank == 0:
-            if round_no == 2:
-                self._fire(RankEvent.BARRIER_ECHO)
-                return []
-            self._barrier_complete(now)
-            return [encode_barrier(2)]
-        if round_no == 1:
-            self._fire(RankEvent.BARRIER_PASS)
-        else:
-            self._barrier_complete(now)
-        return [encode_barrier(round_no)]
-
-    def _barrier_complete(self, now: float) -> None:
-        self._fire(RankEvent.BARRIER_COMPLETE)
-        self.barrier_s = now - (self.started or 0.0)
-        self.start_time = now if self._start_at is None else max(now, self._start_at)
-
-    def wake_time(self) -> float | None:
-        """When ``advance`` next has something to do by the clock alone (the start time), if ever."""
-        return self.start_time if self.phase is Phase.READY else None
-
-    def advance(self, now: float) -> list[bytes]:
-        """Start iteration 1 once the start time has come, and the next iteration once one is done."""
-        out: list[bytes] = []
-        if self.phase is Phase.READY and self.start_time is not None and now >= self.start_time:
-            self._fire(RankEvent.GO)
-            self._next_due = True
-        while self._next_due and self.phase is Phase.ALLREDUCE:
-            self._next_due = False
-            self._iteration_start = now
-            out.extend(self.worker.start_iteration())
-            self._check_iteration(now)  # an iteration with nothing to receive is done at once
-        return out
-
-    def _check_iteration(self, now: float) -> None:
-        w = self.worker
-        if self.phase is not Phase.ALLREDUCE or self._next_due or not w.iteration_done:
-            return
-        self.iteration_times.append(now - self._iteration_start)
-        bad = first_mismatch(w.buf, self.reference)  # type: ignore[arg-type]
-        if bad is not None and self.mismatch is None:
-            self.mismatch = {"iteration": w.iteration, **bad}
-            logger.warning("rank %d iteration %d differs from the reference: %s", w.rank, w.iteration, bad)
-        if w.iteration + 1 >= w.iterations:
-            self.correct = self.mismatch is None
-            self.done_at = now
-            self._fire(RankEvent.LAST_ITERATION)
-        else:
-            self._next_due = True
-
-    def drained(self) -> None:
-        """The right neighbour has acknowledged everything this rank sent: the rank is done."""
-        self._fire(RankEvent.DRAINED)
+    def _to_next(self, data: bytes) -> bytes:
+        return data
