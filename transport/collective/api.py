@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -37,6 +38,8 @@ import numpy as np
 from transport.collective.base import DEFAULT_PIECE_BYTES, DTYPE, RankRun, RingStateError, first_mismatch
 from transport.collective.plan import Plan, build_plan, canonical, make_int_input
 from transport.collective.worker import PLAN_HEADER_VERSION, Message, PlanWorker
+from transport.core.config import TransportConfig
+from transport.core.connection import Connection
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +64,19 @@ def expected_from_seed(plan: Plan, rank: int, seed: int) -> np.ndarray:
         lo, hi = chunks[rank]
         return total[lo:hi].copy()
     return total
+
+
+def pair_connection_id(plan: Plan, seed: int, src: int, dst: int) -> int:
+    """The connection id of the pair src -> dst of a plan collective, agreed without talking."""
+    return zlib.crc32(f"fabriclab-{plan.name}:{plan.n_ranks}:{plan.group}:{seed}:{src}:{dst}".encode()) or 1
+
+
+def pair_connections(config: TransportConfig, plan: Plan, src: int, dst: int,
+                     seed: int) -> tuple[Connection, Connection]:
+    """The sending (at ``src``) and receiving (at ``dst``) Connection of the pair src -> dst."""
+    cid = pair_connection_id(plan, seed, src, dst)
+    base = seed * 1_000_003 + 2 * (src * plan.n_ranks + dst)
+    return Connection(config, cid, seed=base), Connection(config, cid, seed=base + 1)
 
 
 @dataclass(eq=False)

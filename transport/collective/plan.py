@@ -18,7 +18,8 @@ all-reduce          g < N-1: chunk (r-g) to r+1; chunk (r-g-1) from r-1, ADD    
 reduce-scatter      chunk (r-g-1) to r+1; chunk (r-g-2) from r-1, ADD (g<N-1)   chunk r of the sum
 all-gather          chunk (r-g) to r+1; chunk (r-g-1) from r-1, COPY (g<N-1)    chunk c of rank c, all c
 all-to-all          g = k-1, k = 1..N-1: input chunk (r+k) to rank (r+k);       block s = chunk r of
-                    from rank (r-k) into output block (r-k)                     rank s's input, all s
+                    from rank (r-k) into output block (r-k); step g's sends     rank s's input, all s
+                    wait for step g-1's receives (pairwise exchange)
 hierarchical        ranks in groups of L (group g holds ranks gL .. gL+L-1):    the sum of all inputs
                     reduce-scatter of L local chunks inside the group (L-1
                     steps), all-reduce of local chunk i over rank i of every
@@ -80,6 +81,9 @@ class Plan:
     group: int = 1  # ranks per group (hierarchical only)
     transfers: list[Transfer] = field(default_factory=list)
     steps: int = 0
+    # A rank's sends of step g also wait for all its receives of step g-1: all-to-all's pairwise
+    # exchange, which keeps each rank's downlink to about one sender at a time instead of all at once.
+    sync_steps: bool = False
 
     @property
     def chunks(self) -> list[tuple[int, int]]:
@@ -191,6 +195,7 @@ def build_plan(name: str, n_ranks: int, size: int, *, group: int = 1, piece_elem
         steps = _ring_pass(out, ranks, chunks, 0, Op.COPY, 0, piece_elems)
     elif name == "all-to-all":
         steps = n_ranks - 1
+        plan.sync_steps = True
         for k in range(1, n_ranks):
             for r in ranks:
                 d = (r + k) % n_ranks

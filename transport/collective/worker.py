@@ -10,6 +10,9 @@ result is the same bit for bit because of two rules, checked when the plan is lo
   any element happen in step order, whatever the network does;
 * at one step no send and receive of a rank overlap (the plans never need it).
 
+A plan with ``sync_steps`` (all-to-all) also holds a rank's sends of step g until all its receives
+of step g-1 are in: the pairwise exchange's pacing, not needed for the result.
+
 A send goes out as soon as what it waits for is done, so pieces pipeline through the steps; a
 receive whose message came before its turn keeps the message until then. Messages of a later
 iteration wait for it to start; those of a finished iteration, and duplicates, are counted and
@@ -51,7 +54,7 @@ class _Op:
     op: Op
 
 
-def _dependencies(ops: list[_Op]) -> list[list[int]]:
+def _dependencies(ops: list[_Op], sync_steps: bool = False) -> list[list[int]]:
     """For every op, the earlier-step ops it waits for (see the module's rules)."""
     by_lo = sorted(range(len(ops)), key=lambda i: ops[i].lo)
     los = [ops[i].lo for i in by_lo]
@@ -71,6 +74,14 @@ def _dependencies(ops: list[_Op]) -> list[list[int]]:
                 continue
             if p.step < o.step and (not o.send or not p.send):
                 deps[i].append(j)
+    if sync_steps:
+        recvs_at: dict[int, list[int]] = {}
+        for j, p in enumerate(ops):
+            if not p.send:
+                recvs_at.setdefault(p.step, []).append(j)
+        for i, o in enumerate(ops):
+            if o.send:
+                deps[i] = sorted(set(deps[i]) | set(recvs_at.get(o.step - 1, [])))
     return deps
 
 
@@ -108,7 +119,7 @@ class PlanWorker:
             if t.dst == r:
                 ops.append(_Op(t.step, False, t.src, t.dst_lo, t.dst_lo + t.length, 0, t.op))
         self._ops = ops
-        deps = _dependencies(ops)
+        deps = _dependencies(ops, self.plan.sync_steps)
         self._wait0 = [len(d) for d in deps]
         self._dependents: list[list[int]] = [[] for _ in ops]
         for i, d in enumerate(deps):
