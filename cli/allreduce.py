@@ -1,4 +1,6 @@
-"""`fabriclab allreduce`: one rank of a ring all-reduce over the transport (transport/io/allreduce.py).
+"""`fabriclab allreduce`: one rank of a ring all-reduce over the transport (transport/io/allreduce.py), or
+with ``--collective`` of a reduce-scatter, all-gather, all-to-all or hierarchical all-reduce
+(transport/io/collective.py), reported as nccl-tests does.
 
 Every rank runs as its own process, started on its host as `python -m cli.endpoint allreduce ...` by the
 experiment runner and the live view. Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout,
@@ -12,6 +14,7 @@ import signal
 import sys
 
 from cli.args import add_path_policy_argument, count_arg, parse_peers
+from transport.collective.report import Row, format_rows
 from transport.collective.ring import DEFAULT_PIECE_BYTES
 from transport.core.config import DELIVERY_MODES, RECOVERY_MODES, TransportConfig
 from transport.core.congestion import CONTROLLERS
@@ -28,7 +31,10 @@ from transport.io.allreduce import (
     UdpRingWorker,
     WorkerOptions,
 )
+from transport.io.collective import UdpCollectiveWorker
 from transport.io.endpoint import EndpointError, write_json
+
+COLLECTIVE_CHOICES = ("ring", "reduce-scatter", "all-gather", "all-to-all", "hierarchical")
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -40,6 +46,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "ring's own order of additions. Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout, "
         "143 stopped by SIGTERM/SIGINT (the JSON is written in every case once the options are valid).")
     p.add_argument("--rank", type=int, required=True, help="this worker's index in --peers")
+    p.add_argument("--collective", choices=COLLECTIVE_CHOICES, default="ring",
+                   help="ring (the default): the ring all-reduce, checked in the ring's order of additions; the "
+                   "others run over a connection to every peer they talk to, are checked bit for bit against "
+                   "numpy (integer-valued inputs) and print nccl-tests' table (size, count, type, time, algbw, "
+                   "busbw) with the bound")
+    p.add_argument("--group", type=int, default=1,
+                   help="hierarchical: ranks per group (a server's GPUs, consecutive in --peers)")
     p.add_argument("--peers", type=parse_peers, required=True,
                    help="IP:PORT of every rank in ring order; rank r listens on its own port")
     p.add_argument("--size", type=count_arg, required=True, help="float32 elements (suffix K/M/G allowed)")
@@ -65,7 +78,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--seed", type=int, default=0, help="inputs are drawn from (seed, rank)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without progress before giving up")
     p.add_argument("--start-at", type=float, default=None, help="UNIX time to start iteration 1 (after the barrier)")
-    p.add_argument("--link-rate-mbps", type=float, default=None, help="link rate for the bandwidth bound")
+    p.add_argument("--link-rate-mbps", type=float, default=None,
+                   help="link rate for the bandwidth bound (hierarchical: the fabric's)")
+    p.add_argument("--local-rate-mbps", type=float, default=None,
+                   help="hierarchical: the group's local link rate for its bound (default --link-rate-mbps)")
     p.add_argument("--bind", default=None, help="local address to bind (default: all)")
     p.add_argument("--json-out", default=None, metavar="FILE", help="write the results as JSON (also on SIGTERM)")
     # Also after the command, as the worker always took it; it adds to fabriclab's own -v.
@@ -84,12 +100,15 @@ def _options(args: argparse.Namespace) -> WorkerOptions:
         rank=args.rank, peers=args.peers, size=args.size, iterations=args.iterations, config=config,
         base_port=args.base_port, seed=args.seed, timeout=args.timeout, start_at=args.start_at,
         link_rate_mbps=args.link_rate_mbps, piece_bytes=args.piece_bytes, bind=args.bind,
+        collective=args.collective, group=args.group, local_rate_mbps=args.local_rate_mbps,
     )
 
 
 def _cmd_allreduce(args: argparse.Namespace) -> int:
     try:
-        worker = UdpRingWorker(_options(args))
+        opts = _options(args)
+        worker: UdpRingWorker | UdpCollectiveWorker = (
+            UdpRingWorker(opts) if opts.collective == "ring" else UdpCollectiveWorker(opts))
         worker.open()
     except (AllReduceError, EndpointError) as exc:
         print(f"{args.prog}: error: {exc}", file=sys.stderr)
@@ -123,6 +142,8 @@ def _cmd_allreduce(args: argparse.Namespace) -> int:
                 code = code or EXIT_USAGE
     if worker.error:
         print(f"{args.prog}: error: {worker.error}", file=sys.stderr)
+    elif isinstance(worker, UdpCollectiveWorker):
+        print(collective_report(worker.rank, worker.row(), results))
     else:
         bound = results["bound_s"]
         extra = f", bound {bound:.4f} s (x{results['ratio_to_bound']:.2f})" if bound else ""
@@ -130,3 +151,11 @@ def _cmd_allreduce(args: argparse.Namespace) -> int:
         print(f"rank {worker.rank}: {len(worker.iteration_times)} iterations of {results['bytes']} bytes, "
               f"mean {results['mean_s']:.4f} s{extra}; {verdict}")
     return code
+
+
+def collective_report(rank: int, row: Row, results: dict) -> str:
+    """nccl-tests' table for one rank's collective, then one line: what ran and whether it was right."""
+    verdict = "correct" if results["correct"] else f"MISMATCH {results['mismatch']}"
+    group = f" in groups of {results['group']}" if row.collective == "hierarchical" else ""
+    return (f"{format_rows([row])}\nrank {rank}: {results['iterations_done']} iterations of {row.collective} of "
+            f"{row.size} bytes over {row.n_ranks} ranks{group}; {verdict}")

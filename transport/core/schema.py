@@ -1,7 +1,7 @@
 """The endpoint metrics other packages read, as one schema: what `fabriclab srd send` / `srd recv`
 write with --json-out (`SenderMetrics`, `ReceiverMetrics`) and what the all-reduce worker writes
-(`AllreduceMetrics`). Each holds the transport's own counters of its connections
-(`ConnectionMetrics`, from `Connection.metrics()`).
+(`AllreduceMetrics`; `CollectiveMetrics` for the other collectives). Each holds the transport's own
+counters of its connections (`ConnectionMetrics`, from `Connection.metrics()`).
 
 The experiments read these files after a run; the types say which keys they may count on.
 `problems()` checks a record against its type (every key present, no other key, each value of its
@@ -278,6 +278,61 @@ class AllreduceMetrics(TypedDict):
     piece_bytes: int
     ring_stats: dict[str, int]
     transport: AllreduceTransport
+
+
+class CollectiveTransport(TypedDict):
+    """A plan collective's connections: one to each peer it sends to, one from each it receives from."""
+
+    sends: list[SendSide]
+    recvs: list[RecvSide]
+    datagrams_sent: int
+    datagrams_received: int
+    send_errors: int
+    refused: int
+    foreign_datagrams: int
+    protocol_errors: int
+    socket_drops: int | None
+    config: dict[str, Any]
+
+
+class CollectiveMetrics(TypedDict):
+    """`fabriclab allreduce --collective NAME --json-out` for any NAME but ring: one rank, reported as
+    nccl-tests does (size in bytes, count, type, redop, algbw, busbw) against the bound."""
+
+    rank: int
+    peers: list[str]
+    collective: str
+    group: int
+    size: int  # elements, as for the ring
+    bytes: int  # nccl-tests' size
+    count: int
+    type: str
+    redop: str
+    iterations: int
+    iterations_done: int
+    iteration_times_s: list[float]
+    mean_s: float | None
+    min_s: float | None
+    max_s: float | None
+    bound_s: float | None
+    bound_levels_s: dict[str, float]
+    link_rate_mbps: float | None
+    local_rate_mbps: float | None
+    ratio_to_bound: float | None
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    correct: bool
+    mismatch: dict[str, Any] | None
+    error: str | None
+    stop_reason: str
+    phase: str
+    barrier_s: float | None
+    started_unix: float | None
+    seed: int
+    base_port: int
+    piece_bytes: int
+    collective_stats: dict[str, int]
+    transport: CollectiveTransport
 
 
 # --------------------------------------------------------------------------------------------------

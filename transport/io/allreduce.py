@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from transport.collective.plan import canonical
+from transport.collective.report import bound
 from transport.collective.ring import (
     DEFAULT_PIECE_BYTES,
     DTYPE,
@@ -67,12 +69,11 @@ class AllReduceError(Exception):
 
 def bandwidth_bound(n_ranks: int, nbytes: int, link_rate_mbps: float | None) -> float | None:
     """Lower bound of one ring all-reduce: 2(N-1)/N of the array crosses each rank's link."""
-    if not link_rate_mbps or n_ranks < 2:
-        return None
-    return 2 * (n_ranks - 1) / n_ranks * nbytes * 8 / (link_rate_mbps * 1e6)
+    b = bound("all-reduce", n_ranks, nbytes, link_rate_mbps)
+    return b.total_s if b else None
 
 
-def _summary(times: list[float]) -> dict[str, float | None]:
+def summary(times: list[float]) -> dict[str, float | None]:
     if not times:
         return {"mean_s": None, "min_s": None, "max_s": None}
     return {"mean_s": float(np.mean(times)), "min_s": min(times), "max_s": max(times)}
@@ -97,6 +98,9 @@ class WorkerOptions:
     piece_bytes: int = DEFAULT_PIECE_BYTES
     bind: str | None = None
     linger: float = DEFAULT_LINGER
+    collective: str = "ring"  # ring: the ring worker (UdpRingWorker); else a plan collective (io/collective.py)
+    group: int = 1  # ranks per group (hierarchical)
+    local_rate_mbps: float | None = None  # the group's local links, for the hierarchical bound
 
     @property
     def n_ranks(self) -> int:
@@ -122,6 +126,9 @@ class WorkerOptions:
             raise AllReduceError(f"--timeout {self.timeout}: use a positive number of seconds")
         if self.link_rate_mbps is not None and not self.link_rate_mbps > 0:
             raise AllReduceError(f"--link-rate-mbps {self.link_rate_mbps}: use a positive rate")
+        if self.local_rate_mbps is not None and not self.local_rate_mbps > 0:
+            raise AllReduceError(f"--local-rate-mbps {self.local_rate_mbps}: use a positive rate")
+        self._validate_collective()
         try:
             self.config.validate()
         except ConfigError as exc:
@@ -134,6 +141,20 @@ class WorkerOptions:
         max_piece = Connection(self.config, 1).max_message_size - HEADER.size
         if not DTYPE.itemsize <= self.piece_bytes <= max_piece:
             raise AllReduceError(f"--piece-bytes {self.piece_bytes}: use {DTYPE.itemsize}..{max_piece}")
+
+
+    def _validate_collective(self) -> None:
+        try:
+            name = "ring" if self.collective == "ring" else canonical(self.collective)
+        except ValueError as exc:
+            raise AllReduceError(f"--collective: {exc}") from None
+        if self.group < 1:
+            raise AllReduceError(f"--group {self.group}: use at least 1 rank per group")
+        if name != "hierarchical" and (self.group != 1 or self.local_rate_mbps is not None):
+            raise AllReduceError("--group and --local-rate-mbps apply to --collective hierarchical only")
+        if name == "hierarchical" and self.n_ranks % self.group:
+            raise AllReduceError(f"--group {self.group}: the {self.n_ranks} peers do not split into groups of "
+                                 f"{self.group}")
 
 
 class UdpRingWorker(EventLoop):
@@ -392,8 +413,8 @@ class UdpRingWorker(EventLoop):
         opts = self.opts
         nbytes = opts.size * DTYPE.itemsize
         bound = bandwidth_bound(self.n, nbytes, opts.link_rate_mbps)
-        summary = _summary(self.iteration_times)
-        mean = summary["mean_s"]
+        times = summary(self.iteration_times)
+        mean = times["mean_s"]
         socks = [s for s in (self.listen, *self.ev_socks) if s is not None]
         try:
             drops = socket_drops(socks) if socks and socks[0].fileno() >= 0 else None
@@ -408,8 +429,8 @@ class UdpRingWorker(EventLoop):
             "iterations_done": len(self.iteration_times),
             "iteration_times_s": self.iteration_times,
             "mean_s": mean,
-            "min_s": summary["min_s"],
-            "max_s": summary["max_s"],
+            "min_s": times["min_s"],
+            "max_s": times["max_s"],
             "bound_s": bound,
             "link_rate_mbps": opts.link_rate_mbps,
             "ratio_to_bound": (mean / bound) if (mean is not None and bound) else None,
