@@ -155,7 +155,8 @@ def _cmd_allreduce(args: argparse.Namespace) -> int:
 
 def collective_report(rank: int, row: Row, results: dict) -> str:
     """nccl-tests' table for one rank's collective, then one line: what ran and whether it was right."""
-    verdict = "correct" if results["correct"] else f"MISMATCH {results['mismatch']}"
+    verdict = ("correct" if results["correct"] else
+               f"MISMATCH {results['mismatch']}" if results["mismatch"] else "not finished")
     group = f" in groups of {results['group']}" if row.collective == "hierarchical" else ""
     return (f"{format_rows([row])}\nrank {rank}: {results['iterations_done']} iterations of {row.collective} of "
             f"{row.size} bytes over {row.n_ranks} ranks{group}; {verdict}")
