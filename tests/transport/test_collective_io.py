@@ -19,37 +19,7 @@ from transport.core.schema import CollectiveMetrics, problems
 from transport.io.allreduce import WorkerOptions
 from transport.io.collective import UdpCollectiveWorker
 
-from .test_allreduce import ROOT, _cmd, _free_base, _free_udp_port, _one_line_error
-
-
-def _launch(tmp_path: Path, n: int, size: int, extra: list[str]) -> list[tuple[int, str, str]]:
-    evs = 4
-    ports: list[int] = []
-    while len(ports) < n:
-        p = _free_udp_port()
-        if p not in ports:
-            ports.append(p)
-    taken = set(ports)
-    peers = ",".join(f"127.0.0.1:{p}" for p in ports)
-    procs = []
-    for r in range(n):
-        args = ["--rank", str(r), "--peers", peers, "--size", str(size), "--iterations", "2", "--evs", str(evs),
-                "--base-port", str(_free_base(evs, taken)), "--seed", "5", "--timeout", "20",
-                "--link-rate-mbps", "1000", "--piece-bytes", "8K", "--json-out", str(tmp_path / f"rank{r}.json"),
-                *extra]
-        procs.append(subprocess.Popen(_cmd(*args), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
-    outs = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=90)
-            outs.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return outs
+from .test_allreduce import ROOT, _cmd, _free_base, _free_udp_port, _launch_ring, _one_line_error
 
 
 @pytest.mark.parametrize(("n", "extra"), [
@@ -60,7 +30,7 @@ def _launch(tmp_path: Path, n: int, size: int, extra: list[str]) -> list[tuple[i
 ], ids=["reduce-scatter", "all-gather", "all-to-all", "hierarchical"])
 def test_real_sockets_collectives(tmp_path: Path, n: int, extra: list[str]) -> None:
     size = 20_001  # not a multiple of the rank count
-    outs = _launch(tmp_path, n, size, extra)
+    outs = _launch_ring(tmp_path, n, size, 2, ["--piece-bytes", "8K", *extra])
     name = extra[1]
     for r, (rc, out, err) in enumerate(outs):
         assert rc == 0, f"rank {r}: rc={rc} stdout={out!r} stderr={err!r}"

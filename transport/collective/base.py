@@ -85,6 +85,52 @@ def decode_header(msg: bytes, expect_version: int = HEADER_VERSION) -> tuple[int
     return kind, step, iteration, chunk, offset
 
 
+class Iterations:
+    """What a worker (`RingWorker`, `PlanWorker`) does with iterations: it runs them one at a time;
+    a message of a later iteration is kept until that one starts, one of a finished iteration (a late
+    duplicate) is counted as stale and dropped. The worker holds ``iteration``, ``iterations``,
+    ``stale``, ``_active``, ``_pending``, ``_received`` and ``_expected``."""
+
+    iteration: int
+    iterations: int
+    stale: int
+    _active: bool
+    _pending: dict[int, list[bytes]]
+    _received: int
+    _expected: int
+
+    @property
+    def iteration_done(self) -> bool:
+        """The current iteration has received (and forwarded) everything it needs."""
+        return self.iteration >= 0 and not self._active
+
+    @property
+    def progress(self) -> tuple[int, int]:
+        """(pieces received, pieces expected) in the current iteration."""
+        return self._received, self._expected
+
+    def _next_iteration(self) -> None:
+        if self._active:
+            raise RuntimeError(f"iteration {self.iteration} is still in progress")
+        if self.iteration + 1 >= self.iterations:
+            raise RuntimeError("all iterations are done")
+        self.iteration += 1
+
+    def _admit(self, kind: int, it: int, msg: bytes) -> bool:
+        """Whether a message of this ``kind`` and iteration is for the iteration in progress."""
+        if kind != KIND_DATA:
+            raise RingProtocolError(f"message kind {kind} is not data")
+        if it >= self.iterations:
+            raise RingProtocolError(f"iteration {it} is beyond the {self.iterations} of this run")
+        if it > self.iteration:
+            self._pending.setdefault(it, []).append(msg)
+            return False
+        if it < self.iteration or not self._active:
+            self.stale += 1  # a late duplicate of a finished iteration
+            return False
+        return True
+
+
 # --------------------------------------------------------------------------------------------------
 # One rank's whole run: barrier, iterations, drain
 

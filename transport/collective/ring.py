@@ -34,6 +34,7 @@ from transport.collective.base import (
     KIND_BARRIER,
     KIND_DATA,
     TRANSITIONS,
+    Iterations,
     Phase,
     RankEvent,
     RankRun,
@@ -105,7 +106,7 @@ def rank_connections(config: TransportConfig, n_ranks: int, rank: int, seed: int
 
 
 @dataclass(eq=False)
-class RingWorker:
+class RingWorker(Iterations):
     """One rank's side of the ring, over any number of iterations of the same input.
 
     ``start_iteration()`` and ``receive()`` return the messages to send to the right neighbour, in
@@ -153,22 +154,8 @@ class RingWorker:
 
     # -- state ------------------------------------------------------------------------------------------
 
-    @property
-    def iteration_done(self) -> bool:
-        """The current iteration has received (and forwarded) everything it needs."""
-        return self.iteration >= 0 and not self._active
-
-    @property
-    def progress(self) -> tuple[int, int]:
-        """(pieces received, pieces expected) in the current iteration."""
-        return self._received, self._expected
-
     def start_iteration(self) -> list[bytes]:
-        if self._active:
-            raise RuntimeError(f"iteration {self.iteration} is still in progress")
-        if self.iteration + 1 >= self.iterations:
-            raise RuntimeError("all iterations are done")
-        self.iteration += 1
+        self._next_iteration()
         self.buf[:] = self.data
         self._seen.clear()
         self._received = 0
@@ -191,15 +178,7 @@ class RingWorker:
     def receive(self, msg: bytes) -> list[bytes]:
         """Process one data message from the left neighbour; returns what to forward to the right."""
         kind, g, it, c, off = decode_header(msg)
-        if kind != KIND_DATA:
-            raise RingProtocolError(f"message kind {kind} is not data")
-        if it >= self.iterations:
-            raise RingProtocolError(f"iteration {it} is beyond the {self.iterations} of this run")
-        if it > self.iteration:
-            self._pending.setdefault(it, []).append(msg)
-            return []
-        if it < self.iteration or not self._active:
-            self.stale += 1  # a late duplicate of a finished iteration
+        if not self._admit(kind, it, msg):
             return []
         if not 0 <= g < self._steps or c != self._recv_chunk[g]:
             raise RingProtocolError(f"rank {self.rank} got chunk {c} at step {g}, expected "

@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from transport.collective.base import DTYPE, HEADER, KIND_DATA, RingProtocolError, decode_header
+from transport.collective.base import DTYPE, HEADER, KIND_DATA, Iterations, RingProtocolError, decode_header
 from transport.collective.plan import Op, Plan
 
 PLAN_HEADER_VERSION = 2  # a ring worker (version 1) and a plan worker never take each other's messages
@@ -86,7 +86,7 @@ def _dependencies(ops: list[_Op], sync_steps: bool = False) -> list[list[int]]:
 
 
 @dataclass(eq=False)
-class PlanWorker:
+class PlanWorker(Iterations):
     """One rank's part of ``plan`` over any number of iterations of the same input.
 
     ``start_iteration()`` and ``receive()`` return the messages to send, each addressed to a rank.
@@ -140,15 +140,6 @@ class PlanWorker:
     # -- state --------------------------------------------------------------------------------------
 
     @property
-    def iteration_done(self) -> bool:
-        return self.iteration >= 0 and not self._active
-
-    @property
-    def progress(self) -> tuple[int, int]:
-        """(pieces received, pieces expected) in the current iteration."""
-        return self._received, self._expected
-
-    @property
     def result(self) -> np.ndarray:
         return self.plan.result(self.rank, self.buf)
 
@@ -163,11 +154,7 @@ class PlanWorker:
     # -- running --------------------------------------------------------------------------------------
 
     def start_iteration(self) -> list[Message]:
-        if self._active:
-            raise RuntimeError(f"iteration {self.iteration} is still in progress")
-        if self.iteration + 1 >= self.iterations:
-            raise RuntimeError("all iterations are done")
-        self.iteration += 1
+        self._next_iteration()
         self.buf = self.plan.load(self.rank, self.data)
         self._reset()
         self._active = self._expected > 0
@@ -181,15 +168,7 @@ class PlanWorker:
     def receive(self, msg: bytes) -> list[Message]:
         """Process one data message from any peer; returns what to send on."""
         kind, step, it, src, lo = decode_header(msg, PLAN_HEADER_VERSION)
-        if kind != KIND_DATA:
-            raise RingProtocolError(f"message kind {kind} is not data")
-        if it >= self.iterations:
-            raise RingProtocolError(f"iteration {it} is beyond the {self.iterations} of this run")
-        if it > self.iteration:
-            self._pending.setdefault(it, []).append(msg)
-            return []
-        if it < self.iteration or not self._active:
-            self.stale += 1
+        if not self._admit(kind, it, msg):
             return []
         i = self._recv_index.get((src, step, lo))
         if i is None:

@@ -235,9 +235,9 @@ class RecvSide(_FromPeer, ConnectionMetrics):
     """The connection that receives from the left-hand neighbour."""
 
 
-class AllreduceTransport(TypedDict):
-    send: SendSide
-    recv: RecvSide
+class SocketCounters(TypedDict):
+    """A collective worker's sockets (transport.io.allreduce.RankLoop.socket_fields)."""
+
     datagrams_sent: int
     datagrams_received: int
     send_errors: int
@@ -248,66 +248,25 @@ class AllreduceTransport(TypedDict):
     config: dict[str, Any]
 
 
-class AllreduceMetrics(TypedDict):
-    """`transport.io.allreduce --json-out`: one rank of the ring."""
-
-    rank: int
-    peers: list[str]
-    size: int
-    bytes: int
-    iterations: int
-    iterations_done: int
-    iteration_times_s: list[float]
-    mean_s: float | None
-    min_s: float | None
-    max_s: float | None
-    bound_s: float | None
-    link_rate_mbps: float | None
-    ratio_to_bound: float | None
-    algbw_gbps: float | None
-    busbw_gbps: float | None
-    correct: bool
-    mismatch: dict[str, Any] | None
-    error: str | None
-    stop_reason: str
-    phase: str
-    barrier_s: float | None
-    started_unix: float | None
-    seed: int
-    base_port: int
-    piece_bytes: int
-    ring_stats: dict[str, int]
-    transport: AllreduceTransport
+class AllreduceTransport(SocketCounters):
+    send: SendSide
+    recv: RecvSide
 
 
-class CollectiveTransport(TypedDict):
+class CollectiveTransport(SocketCounters):
     """A plan collective's connections: one to each peer it sends to, one from each it receives from."""
 
     sends: list[SendSide]
     recvs: list[RecvSide]
-    datagrams_sent: int
-    datagrams_received: int
-    send_errors: int
-    refused: int
-    foreign_datagrams: int
-    protocol_errors: int
-    socket_drops: int | None
-    config: dict[str, Any]
 
 
-class CollectiveMetrics(TypedDict):
-    """`fabriclab allreduce --collective NAME --json-out` for any NAME but ring: one rank, reported as
-    nccl-tests does (size in bytes, count, type, redop, algbw, busbw) against the bound."""
+class RankRunMetrics(TypedDict):
+    """What every collective worker reports of one rank's run."""
 
     rank: int
     peers: list[str]
-    collective: str
-    group: int
-    size: int  # elements, as for the ring
+    size: int  # float32 elements
     bytes: int  # nccl-tests' size
-    count: int
-    type: str
-    redop: str
     iterations: int
     iterations_done: int
     iteration_times_s: list[float]
@@ -315,9 +274,7 @@ class CollectiveMetrics(TypedDict):
     min_s: float | None
     max_s: float | None
     bound_s: float | None
-    bound_levels_s: dict[str, float]
     link_rate_mbps: float | None
-    local_rate_mbps: float | None
     ratio_to_bound: float | None
     algbw_gbps: float | None
     busbw_gbps: float | None
@@ -331,6 +288,26 @@ class CollectiveMetrics(TypedDict):
     seed: int
     base_port: int
     piece_bytes: int
+
+
+class AllreduceMetrics(RankRunMetrics):
+    """`transport.io.allreduce --json-out`: one rank of the ring."""
+
+    ring_stats: dict[str, int]
+    transport: AllreduceTransport
+
+
+class CollectiveMetrics(RankRunMetrics):
+    """`fabriclab allreduce --collective NAME --json-out` for any NAME but ring: one rank, reported as
+    nccl-tests does (size in bytes, count, type, redop, algbw, busbw) against the bound."""
+
+    collective: str
+    group: int
+    count: int
+    type: str
+    redop: str
+    bound_levels_s: dict[str, float]
+    local_rate_mbps: float | None
     collective_stats: dict[str, int]
     transport: CollectiveTransport
 

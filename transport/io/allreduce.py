@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from transport.collective.base import RankRun
 from transport.collective.plan import canonical
 from transport.collective.report import bound
 from transport.collective.ring import (
@@ -157,7 +158,212 @@ class WorkerOptions:
                                  f"{self.group}")
 
 
-class UdpRingWorker(EventLoop):
+def bind_listen(family: int, bind: str, port: int, rank: int) -> socket.socket:
+    """The socket on which rank ``rank`` hears its peers' data, bound to its own address and port."""
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        s.bind((bind, port))
+    except OSError as exc:
+        s.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AllReduceError(f"port {port} of peer {rank} is in use on this host; pick another") from None
+        raise AllReduceError(f"cannot bind {bind}:{port}: {exc.strerror}") from None
+    return s
+
+
+def bind_source(family: int, bind: str, base: int, ev: int, connect: Any = None,
+                unreachable: str = "") -> socket.socket:
+    """The source socket of entropy value ``ev`` (port ``base + ev``), connected to ``connect`` if given."""
+    es = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        es.bind((bind, base + ev))
+        if connect is not None:
+            es.connect(connect)
+    except OSError as exc:
+        es.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AllReduceError(
+                f"source port {base + ev} (base port {base} + EV {ev}) is in use; choose another --base-port"
+            ) from None
+        raise AllReduceError(f"{unreachable or f'cannot bind {bind}:{base + ev}'}: {exc.strerror}") from None
+    return es
+
+
+class RankLoop(EventLoop):
+    """What every collective worker over UDP shares: its `RankRun` (``self.run_state``) driven by the
+    event loop, from the barrier through the iterations to the linger, with its timeouts.
+
+    A subclass opens its sockets, holds its pumps (``self.pumps``), submits a rank's messages
+    (`_submit`), says when everything it sent is acknowledged (`_sends_idle`), computes the reference
+    (`_reference`) and runs its pumps in `_pump_turn`.
+    """
+
+    opts: WorkerOptions
+    run_state: RankRun
+    pumps: list[Pump]
+
+    def _init_run(self, opts: WorkerOptions) -> None:
+        self.opts = opts
+        self.n = opts.n_ranks
+        self.rank = opts.rank
+        self.error: str | None = None
+        self.listen: socket.socket | None = None
+        self.ev_socks: list[socket.socket] = []
+        self._last_progress = 0.0
+        self._last_rx = 0.0
+        self.started_unix: float | None = None
+        self.sent = SendCounters()  # every connection's sends, and refused reads
+        self.counters = {"datagrams_received": 0, "foreign_datagrams": 0, "protocol_errors": 0}
+
+    @property
+    def phase(self) -> Phase:
+        return self.run_state.phase
+
+    @property
+    def iteration_times(self) -> list[float]:
+        return self.run_state.iteration_times
+
+    @property
+    def correct(self) -> bool | None:
+        return self.run_state.correct
+
+    @property
+    def mismatch(self) -> dict | None:
+        return self.run_state.mismatch
+
+    @property
+    def barrier_s(self) -> float | None:
+        return self.run_state.barrier_s
+
+    def open(self) -> None:
+        raise NotImplementedError
+
+    def _submit(self, msgs: list, now: float) -> None:
+        raise NotImplementedError
+
+    def _sends_idle(self) -> bool:
+        raise NotImplementedError
+
+    def _reference(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _pump_turn(self, now: float) -> None:
+        raise NotImplementedError
+
+    def _timeout_message(self) -> str:
+        raise NotImplementedError
+
+    # -- rank events --------------------------------------------------------------------------------
+
+    def _on_message(self, data: bytes, now: float) -> None:
+        try:
+            self._submit(self.run_state.receive(data, now), now)
+        except RingProtocolError as exc:
+            self.counters["protocol_errors"] += 1
+            logger.warning("rank %d: dropped a message%s: %s", self.rank, self._message_source(), exc)
+
+    def _message_source(self) -> str:
+        return ""
+
+    def _advance(self, now: float) -> None:
+        ready = self.run_state.phase is Phase.READY
+        self._submit(self.run_state.advance(now), now)
+        if ready and self.run_state.phase is not Phase.READY:
+            self.started_unix = time.time()
+
+    def _on_recv_event(self, event: Event, now: float) -> None:
+        if isinstance(event, MessageReceived):
+            self._last_progress = now
+            self._on_message(event.data, now)
+
+    def _on_send_event(self, event: Event, now: float) -> None:
+        if isinstance(event, MessageAcked):
+            self._last_progress = now
+
+    # -- loop ---------------------------------------------------------------------------------------
+
+    def _turn(self, now: float) -> float | None:
+        self._pump_turn(now)
+        rs = self.run_state
+        wake = earliest(rs.wake_time(), self.pumps)
+        if rs.phase is Phase.DRAIN:
+            # Stay until our data is acknowledged and the peers have gone quiet, so that a lost
+            # final ACK can still be repeated for them.
+            over, until = linger(now, rs.done_at if rs.done_at is not None else now, self._last_rx,
+                                 self.opts.linger)
+            if self._sends_idle() and over:
+                rs.drained()
+                self.stop("done")
+                return None
+            if wake is None or until < wake:
+                wake = until
+        elif rs.phase is Phase.READY and rs.start_time is not None:
+            self._last_progress = max(self._last_progress, min(now, rs.start_time))
+        if now - self._last_progress > self.opts.timeout:
+            raise AllReduceError(self._timeout_message())
+        limit = self._last_progress + self.opts.timeout + 0.01
+        if wake is None or limit < wake:
+            wake = limit
+        return wake
+
+    def run(self) -> None:
+        """Barrier, iterations, linger; raises AllReduceError on timeouts."""
+        reference = self._reference()
+        if self.n == 1:
+            # One rank: nobody to talk to; iterations only do what the rank does alone.
+            now = time.monotonic()
+            self.started_unix = time.time()
+            self.run_state.start(now, reference)
+            self.run_state.advance(now)
+            return
+        if self.listen is None:
+            self.open()
+        now = self._last_progress = time.monotonic()
+        start_at = None if self.opts.start_at is None else now + self.opts.start_at - time.time()
+        self._submit(self.run_state.start(now, reference, start_at), now)
+        self._run_loop()
+        now = time.monotonic()
+        for pump in self.pumps:
+            pump.flush(now)
+
+    # -- results ------------------------------------------------------------------------------------
+
+    def socket_drops(self) -> int | None:
+        socks = [s for s in (self.listen, *self.ev_socks) if s is not None]
+        try:
+            return socket_drops(socks) if socks and socks[0].fileno() >= 0 else None
+        except OSError:
+            return None
+
+    def run_fields(self) -> dict[str, Any]:
+        """The results' keys about the run itself, the same for every collective."""
+        opts = self.opts
+        return {
+            "correct": bool(self.correct) if self.correct is not None else False,
+            "mismatch": self.mismatch,
+            "error": self.error,
+            "stop_reason": self.stop_reason,
+            "phase": self.phase,
+            "barrier_s": self.barrier_s,
+            "started_unix": self.started_unix,
+            "seed": opts.seed,
+            "base_port": opts.source_base,
+            "piece_bytes": opts.piece_bytes,
+        }
+
+    def socket_fields(self) -> dict[str, Any]:
+        """The transport results' keys about the sockets."""
+        return {
+            "datagrams_sent": self.sent.datagrams_sent,
+            "send_errors": self.sent.send_errors,
+            "refused": self.sent.refused,
+            **self.counters,
+            "socket_drops": self.socket_drops(),
+            "config": self.opts.config.to_dict(),
+        }
+
+
+class UdpRingWorker(RankLoop):
     """Rank ``opts.rank`` of the ring over real sockets: a barrier, the iterations, a short linger.
 
     The rank's logic is a `RingRank` (transport/collective/ring.py), the same as in the simulation; this class
@@ -170,52 +376,23 @@ class UdpRingWorker(EventLoop):
     def __init__(self, opts: WorkerOptions) -> None:
         opts.validate()
         super().__init__(opts.config)
-        self.opts = opts
+        self._init_run(opts)
         n, r = opts.n_ranks, opts.rank
-        self.n = n
-        self.rank = r
         self.left = opts.peers[(r - 1) % n]
         self.right = opts.peers[(r + 1) % n]
         self.send_conn, self.recv_conn = rank_connections(opts.config, n, r, opts.seed)
         self._recv_cid = self.recv_conn.connection_id
         self.data = make_input(opts.seed, r, opts.size)
         self.worker = RingWorker(r, n, self.data, opts.iterations, max(1, opts.piece_bytes // DTYPE.itemsize))
-        self.ring = RingRank(self.worker)
-        self.error: str | None = None
-        self.listen: socket.socket | None = None
-        self.ev_socks: list[socket.socket] = []
+        self.ring = self.run_state = RingRank(self.worker)
         self._evaddr: dict[int, Any] = {}
         self._left_addr: Any = None
-        self._last_progress = 0.0
-        self._last_rx = 0.0
-        self.started_unix: float | None = None
-        self.sent = SendCounters()  # both connections' sends, and refused reads
-        self.counters = {"datagrams_received": 0, "foreign_datagrams": 0, "protocol_errors": 0}
         # Data to the right neighbour over the EV sockets, ACKs to the left one (set up in open()).
         self.send_pump = Pump(self.send_conn, self._send_data, self._on_send_event)
         self.recv_pump = Pump(self.recv_conn, self._send_acks, self._on_recv_event)
+        self.pumps = [self.send_pump, self.recv_pump]
         self._data_sender: SocketSender | None = None
         self._ack_sender: SocketSender | None = None
-
-    @property
-    def phase(self) -> Phase:
-        return self.ring.phase
-
-    @property
-    def iteration_times(self) -> list[float]:
-        return self.ring.iteration_times
-
-    @property
-    def correct(self) -> bool | None:
-        return self.ring.correct
-
-    @property
-    def mismatch(self) -> dict | None:
-        return self.ring.mismatch
-
-    @property
-    def barrier_s(self) -> float | None:
-        return self.ring.barrier_s
 
     # -- sockets ----------------------------------------------------------------------------------------
 
@@ -225,15 +402,7 @@ class UdpRingWorker(EventLoop):
         lfamily, _ = resolve(host, port)
         rfamily, rdest = resolve(*self.right)
         # Listen on this rank's own address from --peers, not on every interface of the machine.
-        bind = opts.bind or host
-        s = socket.socket(lfamily, socket.SOCK_DGRAM)
-        try:
-            s.bind((bind, port))
-        except OSError as exc:
-            s.close()
-            if exc.errno == errno.EADDRINUSE:
-                raise AllReduceError(f"port {port} of peer {self.rank} is in use on this host; pick another") from None
-            raise AllReduceError(f"cannot bind {bind}:{port}: {exc.strerror}") from None
+        s = bind_listen(lfamily, opts.bind or host, port, self.rank)
         self._register(s, self._drain_listen)
         self.listen = s
         sendto = s.sendto
@@ -245,18 +414,8 @@ class UdpRingWorker(EventLoop):
         sbind = opts.bind or ("::" if rfamily == socket.AF_INET6 else "0.0.0.0")
         base = opts.source_base
         for ev in range(opts.config.num_evs):
-            es = socket.socket(rfamily, socket.SOCK_DGRAM)
-            try:
-                es.bind((sbind, base + ev))
-                es.connect(rdest)
-            except OSError as exc:
-                es.close()
-                if exc.errno == errno.EADDRINUSE:
-                    raise AllReduceError(
-                        f"source port {base + ev} (base port {base} + EV {ev}) is in use; choose another --base-port"
-                    ) from None
-                raise AllReduceError(f"cannot reach right neighbour {self.right[0]}:{self.right[1]}: "
-                                     f"{exc.strerror}") from None
+            es = bind_source(rfamily, sbind, base, ev, rdest,
+                             f"cannot reach right neighbour {self.right[0]}:{self.right[1]}")
             self._register(es, partial(self._drain_ev, es.recv))
             self.ev_socks.append(es)
         sends = [es.send for es in self.ev_socks]
@@ -269,18 +428,14 @@ class UdpRingWorker(EventLoop):
         for m in msgs:
             send(m, now)
 
-    def _on_message(self, data: bytes, now: float) -> None:
-        try:
-            self._submit(self.ring.receive(data, now), now)
-        except RingProtocolError as exc:
-            self.counters["protocol_errors"] += 1
-            logger.warning("rank %d: dropped a message from %s:%d: %s", self.rank, *self.left, exc)
+    def _message_source(self) -> str:
+        return f" from {self.left[0]}:{self.left[1]}"
 
-    def _advance(self, now: float) -> None:
-        ready = self.ring.phase is Phase.READY
-        self._submit(self.ring.advance(now), now)
-        if ready and self.ring.phase is not Phase.READY:
-            self.started_unix = time.time()
+    def _sends_idle(self) -> bool:
+        return self.send_conn.idle
+
+    def _reference(self) -> np.ndarray:
+        return reference_from_seed(self.n, self.opts.size, self.opts.seed)
 
     # -- loop -------------------------------------------------------------------------------------------
 
@@ -331,16 +486,7 @@ class UdpRingWorker(EventLoop):
         if self._ack_sender is not None and self._left_addr is not None:
             self._ack_sender(out, now)
 
-    def _on_recv_event(self, event: Event, now: float) -> None:
-        if isinstance(event, MessageReceived):
-            self._last_progress = now
-            self._on_message(event.data, now)
-
-    def _on_send_event(self, event: Event, now: float) -> None:
-        if isinstance(event, MessageAcked):
-            self._last_progress = now
-
-    def _turn(self, now: float) -> float | None:
+    def _pump_turn(self, now: float) -> None:
         sp, rp = self.send_pump, self.recv_pump
         sp.fire(now)
         rp.fire(now)
@@ -351,27 +497,6 @@ class UdpRingWorker(EventLoop):
         self._advance(time.monotonic())
         sp.flush(now)
         rp.flush(now)
-        ring = self.ring
-        wake = earliest(ring.wake_time(), (sp, rp))
-        if ring.phase is Phase.DRAIN:
-            # Stay until our data is acknowledged and the left neighbour has gone quiet, so that a
-            # lost final ACK can still be repeated for it.
-            over, until = linger(now, ring.done_at if ring.done_at is not None else now, self._last_rx,
-                                 self.opts.linger)
-            if self.send_conn.idle and over:
-                ring.drained()
-                self.stop("done")
-                return None
-            if wake is None or until < wake:
-                wake = until
-        elif ring.phase is Phase.READY and ring.start_time is not None:
-            self._last_progress = max(self._last_progress, min(now, ring.start_time))
-        if now - self._last_progress > self.opts.timeout:
-            raise AllReduceError(self._timeout_message())
-        limit = self._last_progress + self.opts.timeout + 0.01
-        if wake is None or limit < wake:
-            wake = limit
-        return wake
 
     def _timeout_message(self) -> str:
         t = self.opts.timeout
@@ -387,26 +512,6 @@ class UdpRingWorker(EventLoop):
         return (f"rank {self.rank}: iteration {self.worker.iteration + 1} stalled for {t:g} s with {got}/{want} "
                 f"pieces from left {left}; is every rank still running?")
 
-    def run(self) -> None:
-        """Barrier, iterations, linger; raises AllReduceError on timeouts."""
-        reference = reference_from_seed(self.n, self.opts.size, self.opts.seed)
-        if self.n == 1:
-            # One rank: the ring is empty; iterations only copy the input.
-            now = time.monotonic()
-            self.started_unix = time.time()
-            self.ring.start(now, reference)
-            self.ring.advance(now)
-            return
-        if self.listen is None:
-            self.open()
-        now = self._last_progress = time.monotonic()
-        start_at = None if self.opts.start_at is None else now + self.opts.start_at - time.time()
-        self._submit(self.ring.start(now, reference, start_at), now)
-        self._run_loop()
-        now = time.monotonic()
-        self.send_pump.flush(now)
-        self.recv_pump.flush(now)
-
     # -- results ----------------------------------------------------------------------------------------
 
     def results(self) -> AllreduceMetrics:
@@ -415,11 +520,6 @@ class UdpRingWorker(EventLoop):
         bound = bandwidth_bound(self.n, nbytes, opts.link_rate_mbps)
         times = summary(self.iteration_times)
         mean = times["mean_s"]
-        socks = [s for s in (self.listen, *self.ev_socks) if s is not None]
-        try:
-            drops = socket_drops(socks) if socks and socks[0].fileno() >= 0 else None
-        except OSError:
-            drops = None
         return {
             "rank": self.rank,
             "peers": [f"{h}:{p}" for h, p in opts.peers],
@@ -436,25 +536,11 @@ class UdpRingWorker(EventLoop):
             "ratio_to_bound": (mean / bound) if (mean is not None and bound) else None,
             "algbw_gbps": (nbytes * 8 / mean / 1e9) if mean else None,
             "busbw_gbps": (2 * (self.n - 1) / self.n * nbytes * 8 / mean / 1e9) if mean and self.n > 1 else None,
-            "correct": bool(self.correct) if self.correct is not None else False,
-            "mismatch": self.mismatch,
-            "error": self.error,
-            "stop_reason": self.stop_reason,
-            "phase": self.phase,
-            "barrier_s": self.barrier_s,
-            "started_unix": self.started_unix,
-            "seed": opts.seed,
-            "base_port": opts.source_base,
-            "piece_bytes": opts.piece_bytes,
+            **self.run_fields(),  # type: ignore[typeddict-item]
             "ring_stats": {"duplicates": self.worker.duplicates, "stale": self.worker.stale},
             "transport": {
                 "send": {"to": f"{self.right[0]}:{self.right[1]}", **self.send_conn.metrics()},
                 "recv": {"from": f"{self.left[0]}:{self.left[1]}", **self.recv_conn.metrics()},
-                "datagrams_sent": self.sent.datagrams_sent,
-                "send_errors": self.sent.send_errors,
-                "refused": self.sent.refused,
-                **self.counters,
-                "socket_drops": drops,
-                "config": opts.config.to_dict(),
+                **self.socket_fields(),  # type: ignore[typeddict-item]
             },
         }

@@ -17,31 +17,28 @@ exit status are the ring worker's (transport/io/allreduce.py); the results are `
 
 from __future__ import annotations
 
-import errno
-import logging
 import socket
 import time
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from transport.collective.api import CollectiveRank, expected_from_seed, pair_connections
-from transport.collective.base import DTYPE, Phase, RingProtocolError
+from transport.collective.base import DTYPE, Phase
 from transport.collective.plan import build_plan, make_int_input
 from transport.collective.report import Row, bound
 from transport.collective.worker import Message, PlanWorker
 from transport.core import wire
-from transport.core.connection import Connection, MessageAcked, MessageReceived
-from transport.core.events import Event
-from transport.core.pump import Datagrams, Pump, earliest, linger
+from transport.core.connection import Connection
+from transport.core.pump import Datagrams, Pump
 from transport.core.schema import CollectiveMetrics
-from transport.io.allreduce import AllReduceError, WorkerOptions, summary
+from transport.io.allreduce import AllReduceError, RankLoop, WorkerOptions, bind_listen, bind_source, summary
 from transport.io.endpoint import resolve
-from transport.io.eventloop import EventLoop, SendCounters, SocketSender, read_batch, socket_drops
-
-logger = logging.getLogger(__name__)
+from transport.io.eventloop import SocketSender, read_batch
 
 
-class UdpCollectiveWorker(EventLoop):
+class UdpCollectiveWorker(RankLoop):
     """Rank ``opts.rank`` of the plan collective ``opts.collective`` over real sockets."""
 
     role = "collective"
@@ -49,17 +46,15 @@ class UdpCollectiveWorker(EventLoop):
     def __init__(self, opts: WorkerOptions) -> None:
         opts.validate()
         super().__init__(opts.config)
-        self.opts = opts
+        self._init_run(opts)
         n, r = opts.n_ranks, opts.rank
-        self.n = n
-        self.rank = r
         try:
             self.plan = build_plan(opts.collective, n, opts.size, group=opts.group,
                                    piece_elems=max(1, opts.piece_bytes // DTYPE.itemsize))
         except ValueError as exc:
             raise AllReduceError(str(exc)) from None
         self.worker = PlanWorker(self.plan, r, make_int_input(opts.seed, r, opts.size), opts.iterations)
-        self.coll = CollectiveRank(self.worker)
+        self.coll = self.run_state = CollectiveRank(self.worker)
         edges = self.plan.edges()
         self.sends: dict[int, Connection] = {}
         self.recvs: dict[int, Connection] = {}
@@ -68,10 +63,6 @@ class UdpCollectiveWorker(EventLoop):
                 self.sends[dst] = pair_connections(opts.config, self.plan, r, dst, opts.seed)[0]
             if dst == r:
                 self.recvs[src] = pair_connections(opts.config, self.plan, src, r, opts.seed)[1]
-        self.sent = SendCounters()
-        self.counters = {"datagrams_received": 0, "foreign_datagrams": 0, "protocol_errors": 0}
-        self.listen: socket.socket | None = None
-        self.ev_socks: list[socket.socket] = []
         self._dest: dict[int, Any] = {}  # peer -> its socket address
         self._evaddr: dict[int, dict[int, Any]] = {s: {} for s in self.recvs}  # peer -> EV -> its source
         self._last_addr: dict[int, Any] = {}
@@ -80,25 +71,9 @@ class UdpCollectiveWorker(EventLoop):
         self.send_pumps = {d: Pump(c, partial(self._send_data, d), self._on_send_event) for d, c in self.sends.items()}
         self.recv_pumps = {s: Pump(c, partial(self._send_acks, s), self._on_recv_event)
                            for s, c in self.recvs.items()}
-        self._pumps = [*self.send_pumps.values(), *self.recv_pumps.values()]
+        self.pumps = [*self.send_pumps.values(), *self.recv_pumps.values()]
         self._data_senders: dict[int, SocketSender] = {}
         self._ack_senders: dict[int, SocketSender] = {}
-        self._last_progress = 0.0
-        self._last_rx = 0.0
-        self.started_unix: float | None = None
-        self.error: str | None = None
-
-    @property
-    def phase(self) -> Phase:
-        return self.coll.phase
-
-    @property
-    def iteration_times(self) -> list[float]:
-        return self.coll.iteration_times
-
-    @property
-    def correct(self) -> bool | None:
-        return self.coll.correct
 
     # -- sockets ------------------------------------------------------------------------------------
 
@@ -110,15 +85,7 @@ class UdpCollectiveWorker(EventLoop):
             dfamily, self._dest[d] = resolve(*opts.peers[d])
             if dfamily != family:
                 raise AllReduceError(f"peer {d} {opts.peers[d][0]} is not of rank {self.rank}'s address family")
-        bind = opts.bind or host
-        s = socket.socket(family, socket.SOCK_DGRAM)
-        try:
-            s.bind((bind, port))
-        except OSError as exc:
-            s.close()
-            if exc.errno == errno.EADDRINUSE:
-                raise AllReduceError(f"port {port} of peer {self.rank} is in use on this host; pick another") from None
-            raise AllReduceError(f"cannot bind {bind}:{port}: {exc.strerror}") from None
+        s = bind_listen(family, opts.bind or host, port, self.rank)
         self._register(s, self._drain_listen)
         self.listen = s
         sendto = s.sendto
@@ -134,16 +101,7 @@ class UdpCollectiveWorker(EventLoop):
         sbind = opts.bind or ("::" if family == socket.AF_INET6 else "0.0.0.0")
         base = opts.source_base
         for ev in range(opts.config.num_evs):
-            es = socket.socket(family, socket.SOCK_DGRAM)
-            try:
-                es.bind((sbind, base + ev))
-            except OSError as exc:
-                es.close()
-                if exc.errno == errno.EADDRINUSE:
-                    raise AllReduceError(
-                        f"source port {base + ev} (base port {base} + EV {ev}) is in use; choose another --base-port"
-                    ) from None
-                raise AllReduceError(f"cannot bind {sbind}:{base + ev}: {exc.strerror}") from None
+            es = bind_source(family, sbind, base, ev)
             self._register(es, partial(self._drain_ev, es.recvfrom))
             self.ev_socks.append(es)
         ev_sendto = [es.sendto for es in self.ev_socks]
@@ -160,18 +118,11 @@ class UdpCollectiveWorker(EventLoop):
         for m in msgs:
             sends[m.dst].send_message(m.data, now)
 
-    def _on_message(self, data: bytes, now: float) -> None:
-        try:
-            self._submit(self.coll.receive(data, now), now)
-        except RingProtocolError as exc:
-            self.counters["protocol_errors"] += 1
-            logger.warning("rank %d: dropped a message: %s", self.rank, exc)
+    def _sends_idle(self) -> bool:
+        return all(c.idle for c in self.sends.values())
 
-    def _advance(self, now: float) -> None:
-        ready = self.coll.phase is Phase.READY
-        self._submit(self.coll.advance(now), now)
-        if ready and self.coll.phase is not Phase.READY:
-            self.started_unix = time.time()
+    def _reference(self) -> np.ndarray:
+        return expected_from_seed(self.plan, self.rank, self.opts.seed)
 
     # -- loop ---------------------------------------------------------------------------------------
 
@@ -214,43 +165,16 @@ class UdpCollectiveWorker(EventLoop):
         if src in self._last_addr and src in self._ack_senders:
             self._ack_senders[src](out, now)
 
-    def _on_recv_event(self, event: Event, now: float) -> None:
-        if isinstance(event, MessageReceived):
-            self._last_progress = now
-            self._on_message(event.data, now)
-
-    def _on_send_event(self, event: Event, now: float) -> None:
-        if isinstance(event, MessageAcked):
-            self._last_progress = now
-
-    def _turn(self, now: float) -> float | None:
-        pumps = self._pumps
+    def _pump_turn(self, now: float) -> None:
+        pumps = self.pumps
         for p in pumps:
             p.fire(now)
         for p in pumps:
             p.events(now)
+        # The clock is read again, as the ring worker does: checking an iteration takes time.
         self._advance(time.monotonic())
         for p in pumps:
             p.flush(now)
-        coll = self.coll
-        wake = earliest(coll.wake_time(), pumps)
-        if coll.phase is Phase.DRAIN:
-            over, until = linger(now, coll.done_at if coll.done_at is not None else now, self._last_rx,
-                                 self.opts.linger)
-            if over and all(c.idle for c in self.sends.values()):
-                coll.drained()
-                self.stop("done")
-                return None
-            if wake is None or until < wake:
-                wake = until
-        elif coll.phase is Phase.READY and coll.start_time is not None:
-            self._last_progress = max(self._last_progress, min(now, coll.start_time))
-        if now - self._last_progress > self.opts.timeout:
-            raise AllReduceError(self._timeout_message())
-        limit = self._last_progress + self.opts.timeout + 0.01
-        if wake is None or limit < wake:
-            wake = limit
-        return wake
 
     def _timeout_message(self) -> str:
         t = self.opts.timeout
@@ -263,25 +187,6 @@ class UdpCollectiveWorker(EventLoop):
         got, want = self.worker.progress
         return (f"rank {self.rank}: {name} iteration {self.worker.iteration + 1} stalled for {t:g} s with "
                 f"{got}/{want} pieces received; is every rank still running?")
-
-    def run(self) -> None:
-        """Barrier, iterations, linger; raises AllReduceError on timeouts."""
-        expected = expected_from_seed(self.plan, self.rank, self.opts.seed)
-        if self.n == 1:
-            now = time.monotonic()
-            self.started_unix = time.time()
-            self.coll.start(now, expected)
-            self.coll.advance(now)
-            return
-        if self.listen is None:
-            self.open()
-        now = self._last_progress = time.monotonic()
-        start_at = None if self.opts.start_at is None else now + self.opts.start_at - time.time()
-        self._submit(self.coll.start(now, expected, start_at), now)
-        self._run_loop()
-        now = time.monotonic()
-        for p in self._pumps:
-            p.flush(now)
 
     # -- results ------------------------------------------------------------------------------------
 
@@ -296,11 +201,6 @@ class UdpCollectiveWorker(EventLoop):
         opts = self.opts
         row = self.row()
         times = summary(self.iteration_times)
-        socks = [s for s in (self.listen, *self.ev_socks) if s is not None]
-        try:
-            drops = socket_drops(socks) if socks and socks[0].fileno() >= 0 else None
-        except OSError:
-            drops = None
         peer = lambda r: f"{opts.peers[r][0]}:{opts.peers[r][1]}"  # noqa: E731
         return {
             "rank": self.rank,
@@ -325,25 +225,11 @@ class UdpCollectiveWorker(EventLoop):
             "ratio_to_bound": row.ratio_to_bound,
             "algbw_gbps": row.algbw_gbps,
             "busbw_gbps": row.busbw_gbps,
-            "correct": bool(self.correct) if self.correct is not None else False,
-            "mismatch": self.coll.mismatch,
-            "error": self.error,
-            "stop_reason": self.stop_reason,
-            "phase": self.phase,
-            "barrier_s": self.coll.barrier_s,
-            "started_unix": self.started_unix,
-            "seed": opts.seed,
-            "base_port": opts.source_base,
-            "piece_bytes": opts.piece_bytes,
+            **self.run_fields(),  # type: ignore[typeddict-item]
             "collective_stats": {"duplicates": self.worker.duplicates, "stale": self.worker.stale},
             "transport": {
                 "sends": [{"to": peer(d), **c.metrics()} for d, c in self.sends.items()],  # type: ignore[typeddict-item]
                 "recvs": [{"from": peer(s), **c.metrics()} for s, c in self.recvs.items()],  # type: ignore[misc]
-                "datagrams_sent": self.sent.datagrams_sent,
-                "send_errors": self.sent.send_errors,
-                "refused": self.sent.refused,
-                **self.counters,  # type: ignore[typeddict-item]
-                "socket_drops": drops,
-                "config": opts.config.to_dict(),
+                **self.socket_fields(),  # type: ignore[typeddict-item]
             },
         }
