@@ -4,9 +4,10 @@ A ring's edge is one `SimNetwork` of its own, but an all-to-all's rank sends to 
 through one network port, and that port is what limits it. Here every rank has a port on a
 non-blocking fabric switch and, when ranks come in groups (a server's GPUs), another on its group's
 local switch; traffic between two ranks of a group takes the local port, all other traffic the
-fabric port. A port is an uplink (rank -> switch: the `PathSpec`'s rate, queue, delay and seeded
-impairments) and a downlink (switch -> rank: same rate and queue, no impairments, so a datagram is
-lost or reordered once). The downlinks are where incast queues, as in a real switch.
+fabric port. A port is an uplink (rank -> switch: the `PathSpec`'s rate, delay and seeded
+impairments, behind the host's own queue of HOST_QUEUE_PACKETS) and a downlink (switch -> rank: same
+rate, the `PathSpec`'s drop-tail queue, no impairments, so a datagram is lost or reordered once). The
+downlinks are where incast queues and drops, as in a real switch.
 
 `SwitchFabric.pair(a, b)` gives the two-ended view of ranks a and b that `transport.sim.simnet.drive`
 runs a pair of Connections over; every view shares the fabric's ports and its one event heap, so the
@@ -37,9 +38,14 @@ _TO_SWITCH = 0
 _TO_RANK = 1
 
 
+# A rank's own egress queue is its host's (Linux's default txqueuelen): a host holds back what its
+# NIC cannot send yet rather than dropping it, and its data and its ACKs share that one queue.
+HOST_QUEUE_PACKETS = 1000
+
+
 class _Port:
     def __init__(self, spec: PathSpec) -> None:
-        self.up = _Link(spec)
+        self.up = _Link(replace(spec, queue_packets=max(spec.queue_packets, HOST_QUEUE_PACKETS)))
         self.down = _Link(PathSpec(rate_bps=spec.rate_bps, delay=0.0, queue_packets=spec.queue_packets))
 
 
