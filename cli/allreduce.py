@@ -10,12 +10,13 @@ experiment runner and the live view. Exit status: 0 correct, 1 mismatch, 2 bad i
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 
-from cli.args import add_path_policy_argument, count_arg, parse_peers
+from cli.args import add_path_policy_argument, count_arg, nonneg_float, parse_peers, positive_float, positive_int
 from transport.collective.report import Row, format_rows
-from transport.collective.ring import DEFAULT_PIECE_BYTES
+from transport.collective.ring import DEFAULT_PIECE_BYTES, DTYPE
 from transport.core.config import DELIVERY_MODES, RECOVERY_MODES, TransportConfig
 from transport.core.congestion import CONTROLLERS
 from transport.core.paths import POLICIES
@@ -87,6 +88,28 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     # Also after the command, as the worker always took it; it adds to fabriclab's own -v.
     p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log progress")
     p.set_defaults(func=_cmd_allreduce)
+
+    b = bench.add_parser(
+        "collectives", help="every collective in the simulated network: bit for bit against numpy, busbw "
+        "and time against the bound, by size (like nccl-tests)",
+        description="Runs a collective over the in-memory simulated fabric (a non-blocking switch with a port "
+        "per rank; with --group, a local switch per group too) for each size, checks every rank's result bit "
+        "for bit against numpy and prints nccl-tests' table, or JSON with --json. Exit status 1 on a mismatch.")
+    b.add_argument("--collective", choices=(*COLLECTIVE_CHOICES, "all"), default="all")
+    b.add_argument("--ranks", type=positive_int, default=4)
+    b.add_argument("--group", type=positive_int, default=None,
+                   help="hierarchical: ranks per group (default: 2 when the ranks split so, else 1)")
+    b.add_argument("--sizes", type=_byte_sizes, default=_byte_sizes("256K,1M,4M"),
+                   help="bytes per rank's buffer, comma-separated (suffix K/M allowed)")
+    b.add_argument("--rate-mbps", type=positive_float, default=1000.0, help="every rank's fabric port")
+    b.add_argument("--local-rate-mbps", type=positive_float, default=4000.0,
+                   help="hierarchical: every rank's port on its group's switch")
+    b.add_argument("--loss", type=nonneg_float, default=0.0, help="random loss on every uplink (0..1)")
+    b.add_argument("--iterations", type=positive_int, default=1)
+    b.add_argument("--piece-bytes", type=count_arg, default=DEFAULT_PIECE_BYTES)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", action="store_true", help="print the rows as JSON")
+    b.set_defaults(func=_cmd_bench_collectives)
 
 
 def _options(args: argparse.Namespace) -> WorkerOptions:
@@ -160,3 +183,55 @@ def collective_report(rank: int, row: Row, results: dict) -> str:
     group = f" in groups of {results['group']}" if row.collective == "hierarchical" else ""
     return (f"{format_rows([row])}\nrank {rank}: {results['iterations_done']} iterations of {row.collective} of "
             f"{row.size} bytes over {row.n_ranks} ranks{group}; {verdict}")
+
+
+def _byte_sizes(text: str) -> list[int]:
+    sizes = [count_arg(part) for part in text.split(",") if part.strip()]
+    if not sizes or any(n < DTYPE.itemsize for n in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: give sizes of at least {DTYPE.itemsize} bytes, e.g. 64K,1M")
+    return sizes
+
+
+def _cmd_bench_collectives(args: argparse.Namespace) -> int:
+    from transport.collective.plan import canonical
+    from transport.sim.collsim import collective_simulated
+    from transport.sim.fabric import FabricSpec
+    from transport.sim.simnet import PathSpec
+
+    names = list(COLLECTIVE_CHOICES) if args.collective == "all" else [args.collective]
+    p = args.ranks
+    group = args.group or (2 if p % 2 == 0 and p > 2 else 1)
+    if "hierarchical" in names and p % group:
+        print(f"{args.prog}: error: --group {group}: the {p} ranks do not split into groups of {group}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if not 0 <= args.loss < 1:
+        print(f"{args.prog}: error: --loss {args.loss}: use 0 <= loss < 1", file=sys.stderr)
+        return EXIT_USAGE
+    rows, records, bad = [], [], 0
+    for name in names:
+        hier = name == "hierarchical"
+        fabric = FabricSpec(PathSpec(rate_bps=args.rate_mbps * 1e6, loss=args.loss),
+                            PathSpec(rate_bps=args.local_rate_mbps * 1e6, loss=args.loss) if hier else None,
+                            group if hier else 1)
+        for nbytes in args.sizes:
+            res = collective_simulated(canonical(name), p, -(-nbytes // DTYPE.itemsize), args.seed,
+                                       group=group if hier else 1, fabric=fabric, iterations=args.iterations,
+                                       piece_bytes=args.piece_bytes)
+            bad += not res.correct
+            rows.append(res.row)
+            records.append({**res.row.to_dict(), "correct": res.correct, "mismatch": res.mismatch,
+                            "group": group if hier else 1, "retransmissions": res.retransmissions})
+    if args.json:
+        print(json.dumps({"ranks": p, "rate_mbps": args.rate_mbps, "local_rate_mbps": args.local_rate_mbps,
+                          "loss": args.loss, "rows": records}, indent=2))
+    else:
+        print(f"# {p} ranks, simulated: fabric ports {args.rate_mbps:g} Mb/s"
+              + (f", groups of {group} on {args.local_rate_mbps:g} Mb/s local ports" if "hierarchical" in names
+                 else "") + (f", loss {args.loss:g}" if args.loss else ""))
+        for name in names:
+            mine = [i for i, r in enumerate(records) if r["collective"] == canonical(name)]
+            verdict = "correct" if all(records[i]["correct"] for i in mine) else "MISMATCH"
+            print(f"# {name}: {verdict}, bit for bit against numpy")
+            print(format_rows([rows[i] for i in mine]))
+    return EXIT_MISMATCH if bad else EXIT_OK

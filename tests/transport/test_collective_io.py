@@ -127,3 +127,51 @@ def test_a_missing_peer_times_out_in_the_barrier(tmp_path: Path) -> None:
     assert "barrier not complete" in _one_line_error(proc)
     res = json.loads(out.read_text())
     assert res["correct"] is False and res["phase"] == "barrier" and problems(res, CollectiveMetrics) == []
+
+
+# --------------------------------------------------------------------------------------------------
+# fabriclab bench collectives: the simulated sweep
+
+
+def test_bench_collectives_checks_every_collective_and_reports_the_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "collectives", "--ranks", "4", "--sizes", "4K,20001", "--loss", "0.01", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    rows = out["rows"]
+    assert [r["collective"] for r in rows] == [c for c in ("all-reduce", "reduce-scatter", "all-gather",
+                                                            "all-to-all", "hierarchical") for _ in range(2)]
+    for r in rows:
+        assert r["correct"] is True and r["mismatch"] is None
+        assert r["size"] == 4 * r["count"] and r["type"] == "float"
+        want = bound(r["collective"], 4, r["size"], 1000, group=r["group"], local_rate_mbps=4000)
+        assert r["bound_s"] == pytest.approx(want.total_s)
+        assert r["time_s"] >= (want.overlap_s if want.overlap_s is not None else want.total_s)
+        assert r["ratio_to_bound"] == pytest.approx(r["time_s"] / r["bound_s"])
+    assert {r["size"] for r in rows} == {4096, 20004}  # 20001 bytes round up to whole float32 elements
+    hier = [r for r in rows if r["collective"] == "hierarchical"]
+    assert all(r["group"] == 2 and set(r["bound_levels_s"]) == {"local", "fabric"} for r in hier)
+
+
+def test_bench_collectives_prints_nccl_tests_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "collectives", "--collective", "all-to-all", "--ranks", "3", "--sizes", "12K"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "# all-to-all: correct, bit for bit against numpy"
+    assert lines[2].split()[1:5] == ["size", "count", "type", "redop"]
+    assert lines[4].split()[:4] == ["12288", "3072", "float", "none"]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--sizes", "2"], "--sizes"),
+    (["--ranks", "0"], "--ranks"),
+    (["--collective", "hierarchical", "--ranks", "6", "--group", "4"], "groups of 4"),
+    (["--loss", "1.5"], "--loss"),
+])
+def test_bench_collectives_bad_input_is_one_line_exit_2(args: list[str], needle: str,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = main(["bench", "collectives", *args])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "error" in err and needle in err, err
