@@ -286,9 +286,10 @@ def test_collective_api_keeps_a_faster_peer_s_next_operation() -> None:
         m = q.pop(0)
         q += (a, b)[m.dst].receive(m.data, 1.0)
     early = a.start(2.0)
-    assert not b.done or b.phase == "idle"
+    assert early and b.done and b.phase == "idle" and len(b.op_times) == 1
     for m in early:
         assert b.receive(m.data, 2.0) == []  # kept until b starts its second operation
+    assert b.phase == "idle" and len(b.op_times) == 1 and not a.done
     q = b.start(3.0)
     while q:
         m = q.pop(0)
