@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli.args import add_path_policy_argument, positive_seconds
+from cli.args import add_path_policy_argument, add_servers_argument, positive_seconds
 from emulator.errors import EmulatorError
 from emulator.network import raise_terminated
 from experiments.model import Arm, Experiment
@@ -140,6 +140,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topo", metavar="SPEC", default=None, help="fabric (default: the experiment's own)")
+    add_servers_argument(p)
     p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
                    help="seconds of traffic per arm (fault times scale with it, and so does an all-reduce's "
                    "array)")
