@@ -18,7 +18,7 @@ from transport.collective.plan import COLLECTIVES, build_plan, canonical, make_i
 from transport.collective.report import Row, bound, bus_factor, format_rows
 from transport.collective.ring import RingWorker, make_input, ring_reference
 from transport.collective.worker import PlanWorker
-from transport.sim.collsim import collective_simulated
+from transport.sim.collsim import SimCollectiveGroup, collective_simulated
 from transport.sim.fabric import FabricSpec, uniform
 from transport.sim.simnet import PathSpec
 
@@ -329,3 +329,22 @@ def test_report_rows_read_like_nccl_tests() -> None:
     assert lines[3].split()[3] == "sum" and "local 12000.0 us, fabric 8000.0 us" in lines[4]
     assert lines[5].split()[4:] == ["n/a"] * 5
     assert rows[1].to_dict()["bound_levels_s"] == pytest.approx({"local": 0.012, "fabric": 0.008})
+
+
+@pytest.mark.parametrize(("name", "group"), [("ring", 1), ("all-to-all", 1), ("hierarchical", 2)])
+def test_workload_collectives_over_the_simulated_transport(name: str, group: int) -> None:
+    p, nbytes = 4, 40_004
+    peers = [f"gpu{r}" for r in range(p)]
+    colls = [collective(name, r, peers, nbytes, group=group, operations=3, piece_bytes=4096) for r in range(p)]
+    fabric = uniform(1e9, loss=0.02, reorder=0.1, duplicate=0.01)
+    if group > 1:
+        fabric = FabricSpec(fabric.fabric, PathSpec(rate_bps=4e9, loss=0.02), group)
+    sim = SimCollectiveGroup(colls, fabric, seed=2)
+    now = 0.0
+    for _ in range(3):
+        end = sim.run_operation(now + 0.01)  # a compute phase between operations
+        assert all(c.done for c in colls) and end > now + 0.01
+        now = end
+    assert all(c.finished and c.correct and len(c.op_times) == 3 for c in colls)
+    b = bound(name, p, nbytes, 1000, group=group, local_rate_mbps=4000)
+    assert min(t for c in colls for t in c.op_times) >= (b.overlap_s or b.total_s)

@@ -27,10 +27,12 @@ operation may arrive before it calls ``start`` again: they are kept. Give each o
 (``c.rank``, ``d``) for d in ``c.sends_to`` its own reliable channel, e.g. the Connections of
 ``api.pair_connections`` (messages may arrive in any order, duplicated or not). ``start`` while an
 operation runs, or after the last, raises `CollectiveStateError`; a message that is not this
-collective's raises `RingProtocolError`. ``check=True`` (the default) compares every result bit for bit
-with numpy's (``c.correct``, ``c.mismatch``); the inputs are integer-valued floats
-(`plan.make_int_input`), so any order of additions gives numpy's sums exactly. ``report.bound`` gives
-the operation's time bound, ``report.Row`` its algbw and busbw.
+collective's raises `RingProtocolError`. `transport.sim.collsim.SimCollectiveGroup(colls, fabric)`
+runs a job's Collectives over the simulated transport, ``run_operation(now)`` one operation at a time.
+``check=True`` (the default) compares every result bit for bit with numpy's (``c.correct``,
+``c.mismatch``); the inputs are integer-valued floats (`plan.make_int_input`), so any order of
+additions gives numpy's sums exactly. ``report.bound`` gives the operation's time bound, ``report.Row``
+its algbw and busbw.
 """
 
 from transport.collective.api import Collective, CollectiveStateError, collective, pair_connections

@@ -4,6 +4,9 @@ Every rank runs the same `CollectiveRank` as a live worker (transport/io/collect
 iterations checked bit for bit against numpy, drain. Each (sender, receiver) pair of the plan is one
 pair of Connections, and every pair crosses the same `SwitchFabric` (transport/sim/fabric.py), so a
 rank's port is shared by all its peers as a real NIC is. Deterministic for a seed.
+
+`SimCollectiveGroup` runs a workload's `Collective` objects (transport/collective/api.py) the same way,
+one operation at a time, over Connections that last the whole job.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from transport.collective.api import CollectiveRank, pair_connections
+from transport.collective.api import Collective, CollectiveRank, pair_connections
 from transport.collective.base import DEFAULT_PIECE_BYTES, DTYPE, Phase
 from transport.collective.plan import build_plan, make_int_input
 from transport.collective.report import Bound, Row, bound
@@ -137,3 +140,51 @@ def collective_simulated(
         ports=[net.port_stats(r) for r in range(n_ranks)],
         retransmissions=retx,
     )
+
+
+class SimCollectiveGroup:
+    """Workload `Collective`s (transport/collective/api.py), one per rank, over a simulated fabric whose
+    Connections last from one operation to the next, as a job's do: `run_operation(now)` starts the
+    next operation on every rank at ``now`` and runs the network until every rank is done with it."""
+
+    def __init__(self, colls: Sequence[Collective], fabric: FabricSpec | None = None,
+                 config: TransportConfig | None = None, seed: int = 0) -> None:
+        self.colls = list(colls)
+        n = len(self.colls)
+        if [c.rank for c in self.colls] != list(range(n)):
+            raise ValueError("give one Collective per rank, in rank order")
+        config = config or TransportConfig()
+        config.validate()
+        plan = self.colls[0].worker.plan
+        self.net = SwitchFabric(n, fabric or uniform(1e9), seed=seed * 7919 + 29)
+        self.conns: list = []
+        self.joins = []
+        self.send: dict[tuple[int, int], object] = {}
+        self.receiver_of: dict[int, int] = {}
+        pairs = sorted({(c.rank, d) for c in self.colls for d in c.sends_to})
+        for e, (src, dst) in enumerate(pairs):
+            s, r = pair_connections(config, plan, src, dst, seed)
+            self.conns += [s, r]
+            self.send[(src, dst)] = s
+            self.receiver_of[2 * e + 1] = dst
+            self.joins.append((self.net.pair(src, dst), 2 * e, 2 * e + 1))
+
+    def run_operation(self, now: float, time_limit: float = 60.0) -> float:
+        """The time at which the last rank finished this operation (or ``time_limit`` if it did not)."""
+        colls, send = self.colls, self.send
+
+        def submit(r: int, msgs: list, t: float) -> None:
+            for m in msgs:
+                send[(r, m.dst)].send_message(m.data, t)  # type: ignore[attr-defined]
+
+        def on_event(i: int, event: object, t: float) -> None:
+            if i in self.receiver_of and isinstance(event, MessageReceived):
+                r = self.receiver_of[i]
+                submit(r, colls[r].receive(event.data, t), t)
+
+        for c in colls:
+            submit(c.rank, c.start(now), now)
+        done = lambda: all(c.done for c in colls)  # noqa: E731
+        if done() or not self.conns:
+            return now
+        return drive(self.conns, self.joins, done=done, time_limit=time_limit, on_event=on_event, start=now)
