@@ -18,13 +18,32 @@ import numpy as np
 
 from transport.collective.api import Collective, CollectiveRank, pair_connections
 from transport.collective.base import DEFAULT_PIECE_BYTES, DTYPE, Phase
-from transport.collective.plan import build_plan, make_int_input
+from transport.collective.plan import Plan, build_plan, make_int_input
 from transport.collective.report import Bound, Row, bound
 from transport.collective.worker import PlanWorker
 from transport.core.config import TransportConfig
+from transport.core.connection import Connection
 from transport.core.events import MessageReceived
 from transport.sim.fabric import FabricSpec, SwitchFabric, uniform
 from transport.sim.simnet import drive
+
+
+def _wire(plan: Plan, pairs: Sequence[tuple[int, int]], net: SwitchFabric, config: TransportConfig,
+          seed: int) -> tuple[list[Connection], list, dict[tuple[int, int], Connection], dict[int, int]]:
+    """Connections for every (src, dst) pair over ``net``: connection 2e sends pair e's data (at rank
+    src), connection 2e+1 receives it (at rank dst). Returns the connections, drive()'s joins, the
+    sending connection of each pair and the rank at each receiving connection's index."""
+    conns: list[Connection] = []
+    joins = []
+    send: dict[tuple[int, int], Connection] = {}
+    receiver_of: dict[int, int] = {}
+    for e, (src, dst) in enumerate(pairs):
+        s, r = pair_connections(config, plan, src, dst, seed)
+        conns += [s, r]
+        send[(src, dst)] = s
+        receiver_of[2 * e + 1] = dst
+        joins.append((net.pair(src, dst), 2 * e, 2 * e + 1))
+    return conns, joins, send, receiver_of
 
 
 @dataclass
@@ -72,24 +91,14 @@ def collective_simulated(
     expected = plan.expected(inputs)
     ranks = [CollectiveRank(PlanWorker(plan, r, inputs[r], iterations)) for r in range(n_ranks)]
     net = SwitchFabric(n_ranks, fabric, seed=seed * 7919 + 17)
-    # Connection 2e sends edge e's data (rank src), connection 2e+1 receives it (rank dst).
     edges = sorted(plan.edges())
-    conns = []
-    send: dict[tuple[int, int], object] = {}
-    receiver_of: dict[int, int] = {}
-    joins = []
-    for e, (src, dst) in enumerate(edges):
-        s, r = pair_connections(config, plan, src, dst, seed)
-        conns += [s, r]
-        send[(src, dst)] = s
-        receiver_of[2 * e + 1] = dst
-        joins.append((net.pair(src, dst), 2 * e, 2 * e + 1))
+    conns, joins, send, receiver_of = _wire(plan, edges, net, config, seed)
     out_of = {r: [send[e] for e in edges if e[0] == r] for r in range(n_ranks)}
     mismatch: dict | None = None
 
     def submit(r: int, msgs: list, now: float) -> None:
         for m in msgs:
-            send[(r, m.dst)].send_message(m.data, now)  # type: ignore[attr-defined]
+            send[(r, m.dst)].send_message(m.data, now)
 
     def advance(r: int, now: float) -> None:
         nonlocal mismatch
@@ -105,7 +114,7 @@ def collective_simulated(
 
     def drained(now: float) -> None:
         for r, rank in enumerate(ranks):
-            if rank.phase is Phase.DRAIN and all(c.idle for c in out_of[r]):  # type: ignore[attr-defined]
+            if rank.phase is Phase.DRAIN and all(c.idle for c in out_of[r]):
                 rank.drained()
 
     for r in range(n_ranks):
@@ -155,19 +164,10 @@ class SimCollectiveGroup:
             raise ValueError("give one Collective per rank, in rank order")
         config = config or TransportConfig()
         config.validate()
-        plan = self.colls[0].worker.plan
         self.net = SwitchFabric(n, fabric or uniform(1e9), seed=seed * 7919 + 29)
-        self.conns: list = []
-        self.joins = []
-        self.send: dict[tuple[int, int], object] = {}
-        self.receiver_of: dict[int, int] = {}
         pairs = sorted({(c.rank, d) for c in self.colls for d in c.sends_to})
-        for e, (src, dst) in enumerate(pairs):
-            s, r = pair_connections(config, plan, src, dst, seed)
-            self.conns += [s, r]
-            self.send[(src, dst)] = s
-            self.receiver_of[2 * e + 1] = dst
-            self.joins.append((self.net.pair(src, dst), 2 * e, 2 * e + 1))
+        self.conns, self.joins, self.send, self.receiver_of = _wire(self.colls[0].worker.plan, pairs, self.net,
+                                                                    config, seed)
 
     def run_operation(self, now: float, time_limit: float = 60.0) -> float:
         """The time at which the last rank finished this operation (or ``time_limit`` if it did not)."""
@@ -175,7 +175,7 @@ class SimCollectiveGroup:
 
         def submit(r: int, msgs: list, t: float) -> None:
             for m in msgs:
-                send[(r, m.dst)].send_message(m.data, t)  # type: ignore[attr-defined]
+                send[(r, m.dst)].send_message(m.data, t)
 
         def on_event(i: int, event: object, t: float) -> None:
             if i in self.receiver_of and isinstance(event, MessageReceived):
