@@ -8,6 +8,10 @@ run in the event loop they share (transport/io/eventloop.py) over two sans-I/O `
 After every iteration the result is compared bit for bit with the reference sum computed in the ring's
 own order of float32 additions.
 
+`RankLoop` is what this worker shares with the other collectives' (transport/io/collective.py, chosen
+with ``--collective``): a rank's run from barrier to linger, its timeouts and its results' common keys;
+`WorkerOptions` are both workers' options.
+
 ``transport.sim.ringsim.ring_allreduce_simulated`` runs the same ``RingRank`` for all ranks in one process
 over simulated links with a virtual clock, so tests and experiments get deterministic results fast.
 
