@@ -164,6 +164,9 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
     raw: RawArm = {"fault_errors": [], "endpoint_errors": []}
     try:
         raw["bring_up_s"] = round(fab.timings.bring_up_s, 3)
+        reaction = exp.extra.get("controller_reaction_s")
+        if reaction is not None:
+            fab.api.set_reaction_delay(float(reaction))
         raw["datapath"] = fab.datapath
         raw["loss_method"] = fab.shaper.loss_method if fab.shaper else None
         ctx = ArmContext(fab, exp, arm, topo, flows, duration, seed, bytes_per_flow, raw_dir,

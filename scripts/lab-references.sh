@@ -42,7 +42,7 @@ want() { [ $# -eq 0 ] || [[ " $* " == *" $N "* ]]; }
 N=1; want "$@" && make_ref labs/01-ecmp-hot-links -- ecmp-vs-spray --duration 10
 N=2; want "$@" && make_ref labs/02-spraying-reordering -- reordering --duration 5
 N=3; want "$@" && make_ref labs/03-loss-recovery -- loss-recovery --duration 5
-N=4; want "$@" && make_ref labs/04-failover-path-aware -- failover --duration 8
+N=4; want "$@" && make_ref labs/04-failover-path-aware -- failover --duration 8 --reaction-delay 0
 N=5; want "$@" && make_ref labs/05-in-server-allreduce -- in-server --duration 3 -- allreduce --duration 10
 N=6; want "$@" && make_ref labs/06-your-path-policy -- hot-link \
     --path-policy labs/06-your-path-policy/solution/my_policy.py:MyPolicy --duration 8

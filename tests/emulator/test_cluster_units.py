@@ -113,3 +113,13 @@ def test_a_server_short_of_cpu_is_named_in_the_verdict():
     assert not fid.trusted
     assert len(fid.reasons) == 1 and "server 10.0.0.3's CPU was 20% idle" in fid.reasons[0]
     assert fidelity_verdict([0.8], 100.0, 0, 1000, servers_idle={"10.0.0.2": 0.5}).trusted
+
+
+def test_a_run_across_servers_says_so_in_its_fidelity_sentence():
+    from experiments.report import fidelity_sentences
+
+    doc = {"fidelity": {"cpu_idle_min": 0.5, "cpu_idle_mean": 0.7, "trusted": True, "reasons": []},
+           "arms": [{"server_cpu_idle": {"10.99.0.2": 0.6, "10.99.0.3": 0.8}, "cross_server_links": 2},
+                    {"server_cpu_idle": {"10.99.0.2": 0.5, "10.99.0.3": 0.9}, "cross_server_links": 2}]}
+    text = fidelity_sentences(doc)[0]
+    assert "Across 2 servers (2 links carried by ssh tunnels)" in text and "10.99.0.2 50%, 10.99.0.3 80%" in text
