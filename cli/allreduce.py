@@ -35,7 +35,7 @@ from transport.io.allreduce import (
 from transport.io.collective import UdpCollectiveWorker
 from transport.io.endpoint import EndpointError, write_json
 
-COLLECTIVE_CHOICES = ("ring", "reduce-scatter", "all-gather", "all-to-all", "hierarchical")
+COLLECTIVE_CHOICES = ("ring", "all-reduce", "reduce-scatter", "all-gather", "all-to-all", "hierarchical")
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:

@@ -33,6 +33,7 @@ SCENARIOS = (
     "experiments.scenarios.allreduce",
     "experiments.scenarios.training",
     "experiments.scenarios.incast",
+    "experiments.scenarios.hierarchical",
 )
 
 
