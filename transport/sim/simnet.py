@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection, MessageAcked, MessageReceived
+from transport.core.credit import CreditScheduler
 from transport.core.headers import ETHERNET_HEADER, IP_UDP_HEADERS
 from transport.core.pump import Datagrams, Pump, earliest
 
@@ -163,6 +164,7 @@ def drive(
     on_event: Callable[[int, object, float], None] | None = None,
     check: Callable[[float], None] | None = None,
     start: float = 0.0,
+    schedulers: Sequence[CreditScheduler] = (),
 ) -> float:
     """Run the loop of any sans-I/O driver over simulated networks until ``done()`` or the virtual
     clock passes ``time_limit``; returns the time.
@@ -170,7 +172,9 @@ def drive(
     ``nets`` lists each network with the indices in ``conns`` of its endpoints 0 and 1. Every turn
     hands each connection's events to ``on_event(index, event, now)`` first, so that what it submits
     leaves in the same turn, then sends what is due, calls ``check(now)`` and asks ``done()``; then
-    the clock moves to the next delivery or timer, which are delivered and fired.
+    the clock moves to the next delivery or timer, which are delivered and fired. ``schedulers``: the
+    credit schedulers shared by receiving connections (transport.core.credit), whose timers are fired
+    like the connections' own.
     """
     # Every connection is driven by the same Pump as over real sockets; its sends go into its network.
     side_of: dict[int, tuple[SimNetwork, int]] = {}
@@ -207,6 +211,10 @@ def drive(
         if done():
             return now
         nxt = earliest(min((t for net in networks if (t := net.next_time()) is not None), default=None), pumps)
+        for sched in schedulers:
+            t = sched.get_timer()
+            if t is not None and (nxt is None or t < nxt):
+                nxt = t
         if nxt is None:
             logger.debug("simulation stalled at %.6f: nothing scheduled", now)
             return now
@@ -219,6 +227,10 @@ def drive(
                 (b if dst else a).receive_datagram(data, now)
         for pump in pumps:
             pump.fire(now)
+        for sched in schedulers:
+            t = sched.get_timer()
+            if t is not None and t <= now:
+                sched.handle_timer(now)
 
 
 def run_transfer(
