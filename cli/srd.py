@@ -1,4 +1,5 @@
-"""`fabriclab srd ...` and `fabriclab bench transport`: run the transport over real UDP, benchmark it.
+"""`fabriclab srd ...`, `fabriclab bench transport` and `fabriclab bench cc`: run the transport over real UDP,
+benchmark it, compare its congestion controllers.
 
 `srd recv` listens for transport connections; `srd send` opens one and runs a workload (bulk bytes,
 a stream of messages open- or closed-loop, or request/response). Both print a summary, or JSON metrics
@@ -91,6 +92,22 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--json", action="store_true", help="print JSON only (the default output is JSON too)")
     p.add_argument("--quick", action="store_true", help="smaller runs: under ~15 s instead of ~60 s")
     p.set_defaults(func=_cmd_bench)
+
+    p = bench.add_parser(
+        "cc",
+        help="every registered congestion controller on a simulated fabric: permutation, incast 8:1 and 15:1",
+        description="On the simulated two-leaf fabric (16 hosts, 8 spines, 100 Mb/s links, virtual clock, "
+        "spraying), run for each registered congestion controller ("
+        + CONTROLLERS.choices_text() + ") a permutation and incasts of 8 and 15 senders with sized flows, "
+        "and print goodput / ideal, the incast's last byte / ideal, the spread of flow completion times, the "
+        "receiver's peak queue, drops, retransmissions as %% of packets sent, and the core's CPU per packet.",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--quick", action="store_true", help="smaller flows: about a minute instead of several")
+    p.add_argument("--cc", action="append", choices=CONTROLLERS.names(), metavar="NAME",
+                   help="only this controller (repeatable; default every registered one)")
+    p.add_argument("--seed", type=nonneg_int, default=1, metavar="N", help="simulation seed (default 1)")
+    p.set_defaults(func=_cmd_bench_cc)
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -415,4 +432,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     result = run_bench(quick=args.quick)
     print(json.dumps(result, indent=2, sort_keys=True))
+    return 0
+
+
+def _cmd_bench_cc(args: argparse.Namespace) -> int:
+    from transport.sim.cc_bench import run_cc_bench, text_report
+
+    result = run_cc_bench(quick=args.quick, controllers=args.cc, seed=args.seed,
+                          progress=lambda msg: print(f"bench cc: {msg}", file=sys.stderr))
+    print(json.dumps(result, indent=2, sort_keys=True) if args.json else text_report(result))
     return 0
