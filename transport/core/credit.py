@@ -25,7 +25,10 @@ The rules, all here:
   over all its connections (granted, up to demand, and not yet seen used: the highest PSN received)
   is below the receiver window, one BDP plus one round of grants (``receiver_window``). Without a
   rate only that window bounds it. The first grants thus wait until the unscheduled windows of an
-  incast have drained, and after that the downlink queue stays near one round of grants.
+  incast have drained, and after that the downlink queue stays near one round of grants. A
+  scheduler that was idle starts its first round one quantum after the first packet, with no
+  tokens banked: the senders of an incast that start together are all known before credit flows,
+  so none gets a head start.
 * Lost credit and lost data: a connection whose credit has been outstanding without a DATA packet for
   ``credit_timeout(config)`` (max(rto_min, 4 base RTTs), the base RTT being initial_rtt while
   unknown) has it written off the window, and its current limit is sent again in a CREDIT packet.
@@ -188,7 +191,7 @@ class CreditScheduler:
         self._in_wanting: set[CreditReceiver] = set()
         # Tokens (packets) bank at the rate up to one round's worth, so a late wake-up does not lose rate.
         self._burst = self.rate_pps * quantum + 1.0
-        self._tokens = self._burst
+        self._tokens = 0.0
         self._last = 0.0
         self._next_check: float | None = None  # when outstanding credit is next looked at for write-off
         self.grants = 0
@@ -212,6 +215,11 @@ class CreditScheduler:
 
     def changed(self, rx: CreditReceiver, now: float) -> None:
         """``rx``'s demand or use moved: recount its share and whether it wants credit."""
+        if not self.outstanding and not self._wanting:
+            # Idle until now: the first round waits a quantum from here with an empty bank, so that the
+            # senders of an incast that start together are all known before credit flows.
+            self._tokens = 0.0
+            self._last = now
         share = rx.outstanding()
         self.outstanding += share - rx._counted
         rx._counted = share
