@@ -251,3 +251,25 @@ def test_sigterm_flushes_receiver_metrics(tmp_path: Path) -> None:
     assert metrics["stop_reason"] == "signal SIGTERM"
     assert metrics["bytes"] == 500_000
     assert metrics["connections"][0]["transport"]["receiver"]["messages_delivered"] > 0
+
+
+def test_the_receiver_reads_the_ce_codepoint_of_each_datagram() -> None:
+    import socket
+
+    from transport.io.receiver import _recv_with_ce
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(2.0)
+        recv = _recv_with_ce(rx)
+        for tos, marked in ((0x03, True), (0x02, False), (0x00, False)):  # CE, ECT(0), not ECN-capable
+            tx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+            tx.sendto(b"x", rx.getsockname())
+            data, addr, *ce = recv(64)
+            assert data == b"x" and addr[1] == tx.getsockname()[1]
+            assert bool(ce) is marked, tos
+    finally:
+        rx.close()
+        tx.close()

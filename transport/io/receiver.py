@@ -10,6 +10,10 @@ every datagram on it; docs/transport.md, "Trust model"): at most `max_connection
 most `max_connections_per_source` from one source address, each forgotten once it has been silent for
 `idle_timeout` and owes nothing; addresses are learnt only from datagrams that passed the CRC.
 Connection timers wait in a heap, so a loop turn touches only the connections that are due or active.
+
+Under a controller that reads ECN (`nscc`) the socket also asks for each datagram's TOS byte
+(IP_RECVTOS, read from recvmsg's ancillary data) and tells the connection which arrived CE-marked;
+otherwise it reads with plain recvfrom, which is cheaper.
 """
 
 from __future__ import annotations
@@ -43,6 +47,25 @@ _EV_OFFSET = wire.EV_OFFSET
 # Connections examined for expiry in one loop turn at most: forgetting one computes its final record
 # (~20 us), and a burst of them falling due together must not hold up the traffic of the others.
 _EXPIRE_PER_TURN = 64
+_ECN_CE = 0x3  # the CE codepoint in the low two bits of the TOS byte
+_ECN_READERS = ("nscc",)  # controllers that act on CE marks
+
+
+def _recv_with_ce(sock: socket.socket) -> Callable[[int], tuple[Any, ...]]:
+    """A recvfrom for `sock` that returns (data, address) and, for a CE-marked datagram, a third item."""
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    recvmsg = sock.recvmsg
+    space = socket.CMSG_SPACE(1)
+    ip, tos = socket.IPPROTO_IP, socket.IP_TOS
+
+    def recv(size: int) -> tuple[Any, ...]:
+        data, ancillary, _flags, addr = recvmsg(size, space)
+        for level, kind, value in ancillary:
+            if level == ip and kind == tos and value and value[0] & _ECN_CE == _ECN_CE:
+                return data, addr, True
+        return data, addr
+
+    return recv
 
 
 class _Peer:
@@ -149,7 +172,8 @@ class Receiver(EventLoop):
             if exc.errno == errno.EADDRINUSE:
                 raise EndpointError(f"port {self.port} is in use on {self.bind}; choose another --port") from exc
             raise EndpointError(f"cannot bind {self.bind}:{self.port}: {exc.strerror}; check --bind") from exc
-        self._register(s, partial(self._drain, s.recvfrom))
+        ecn = self.config.cc in _ECN_READERS and family == socket.AF_INET
+        self._register(s, partial(self._drain, _recv_with_ce(s) if ecn else s.recvfrom))
         self.sock = s
 
     def _new_peer(self, data: bytes, cid: int, addr: tuple[Any, ...], now: float) -> _Peer | None:
@@ -238,7 +262,7 @@ class Receiver(EventLoop):
         magic = self._magic
         # An ICMP error for an earlier reply (the sender went away) counts as a read.
         batch, n = read_batch(recvfrom, size)
-        for data, addr in batch:
+        for data, addr, *ce in batch:
             if magic is not None and not data.startswith(magic):
                 self.invalid += 1
                 continue
@@ -257,7 +281,7 @@ class Receiver(EventLoop):
             ports = peer.ports
             port = addr[1]
             ports[port] = ports.get(port, 0) + 1
-            if peer.conn.receive_datagram(data, now):
+            if peer.conn.receive_datagram(data, now, bool(ce)):
                 # Addresses are learnt only from datagrams that parsed and passed the CRC, so
                 # that a garbage packet with a forged source cannot redirect the ACKs.
                 peer.addr = addr
