@@ -173,8 +173,10 @@ def test_duration_bounded_stream_and_stop() -> None:
     assert metrics["messages"] > 0 and metrics["goodput_bps"] > 0
 
 
-def test_two_senders_one_receiver() -> None:
-    config = TransportConfig()
+@pytest.mark.parametrize("cc", ["delay", "credit"])
+def test_two_senders_one_receiver(cc: str) -> None:
+    # Under credit both connections draw on the receiver's one scheduler, fired by its loop.
+    config = TransportConfig(cc=cc, link_rate_bps=200e6, base_rtt=0.001)
     with ReceiverThread(config) as rt:
         results: list[dict[str, Any]] = []
 
@@ -193,6 +195,10 @@ def test_two_senders_one_receiver() -> None:
     ids = {c["connection_id"] for c in rt.metrics["connections"]}
     assert ids == {r["connection_id"] for r in results}
     assert rt.metrics["bytes"] == 600_000
+    if cc == "credit":
+        states = [c["transport"]["state"]["cc"]["credit"] for c in rt.metrics["connections"]]
+        assert all(st["granted"] > config.initial_window for st in states)
+        assert states[0]["scheduler"]["grants"] == states[1]["scheduler"]["grants"] > 0  # one scheduler
 
 
 def test_receiver_ignores_garbage() -> None:

@@ -14,6 +14,10 @@ Connection timers wait in a heap, so a loop turn touches only the connections th
 Under a controller that reads ECN (`nscc`) the socket also asks for each datagram's TOS byte
 (IP_RECVTOS, read from recvmsg's ancillary data) and tells the connection which arrived CE-marked;
 otherwise it reads with plain recvfrom, which is cheaper.
+
+Under receiver-driven credit (`credit`) every connection draws its credit from one `CreditScheduler`
+(transport.core.credit), since they all share this host's link; the loop fires it by its timer like
+the connections' own and lets the connections it granted to send.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 from transport.core import wire
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection
+from transport.core.credit import CreditScheduler
 from transport.core.events import Event, MessageReceived
 from transport.core.pump import Pump, linger
 from transport.core.schema import ReceiverConnection, ReceiverMetrics
@@ -154,6 +159,7 @@ class Receiver(EventLoop):
         self._done_at: float | None = None
         self._last_rx = 0.0
         self._magic = struct.pack("!H", wire.MAGIC)
+        self._credit: CreditScheduler | None = None  # made with the first connection that uses credit
 
     @property
     def address(self) -> tuple[str, int]:
@@ -202,6 +208,10 @@ class Receiver(EventLoop):
             return None
         conn = Connection(config, cid, seed=cid)
         peer = _Peer(conn, cid, addr, now)
+        if conn.credit_receiver is not None:
+            if self._credit is None:
+                self._credit = CreditScheduler.from_config(config)
+            conn.use_credit_scheduler(self._credit).owner = peer  # type: ignore[union-attr]
         if self.verify:
             peer.seen = set()
         sendto = self.sock.sendto  # type: ignore[union-attr]  # the datagram came in on it
@@ -238,6 +248,8 @@ class Receiver(EventLoop):
 
     def _forget(self, peer: _Peer) -> None:
         del self.peers[peer.key]
+        if peer.conn.credit_receiver is not None:
+            peer.conn.credit_receiver.detach()
         left = self._per_source[peer.host] - 1
         if left:
             self._per_source[peer.host] = left
@@ -337,6 +349,12 @@ class Receiver(EventLoop):
             active.add(peer)
         if self._expiry and self._expiry[0][0] <= now:
             self._expire(now)
+        credit = self._credit
+        if credit is not None:
+            t = credit.get_timer()
+            if t is not None and t <= now:
+                for rx in credit.handle_timer(now):
+                    active.add(rx.owner)
         tie = self._tie
         for peer in active:
             pump = peer.pump
@@ -356,6 +374,10 @@ class Receiver(EventLoop):
             timers[:] = [e for e in timers if e[2].timer == e[0]]
             heapq.heapify(timers)
         wake = timers[0][0] if timers else None
+        if credit is not None:
+            t = credit.get_timer()
+            if t is not None and (wake is None or t < wake):
+                wake = t
         if self._expiry:
             t = self._expiry[0][0]
             if wake is None or t < wake:
