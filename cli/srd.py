@@ -127,6 +127,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    f"{ENDPOINT_ACK_DELAY:g}; 0 = one ACK per packet)")
     t.add_argument("--ack-batch", type=positive_int, default=ENDPOINT_ACK_BATCH, metavar="N",
                    help=f"with --ack-delay, acknowledge at once when N packets wait (default {ENDPOINT_ACK_BATCH})")
+    t.add_argument("--link-rate", type=nonneg_float, default=0.0, metavar="MBPS",
+                   help="this host's link rate in Mb/s (default 0 = unknown); with --base-rtt the initial window "
+                   "is one bandwidth-delay product, and under --cc credit the receiver grants at this rate")
+    t.add_argument("--base-rtt", type=nonneg_float, default=0.0, metavar="S",
+                   help="the fabric's unloaded RTT in seconds for a full-size packet (default 0 = unknown)")
     p.add_argument("--ready-file", metavar="FILE",
                    help="create FILE once the sockets are open (lets a runner start traffic only when "
                    "every endpoint is up)")
@@ -168,6 +173,9 @@ def _register_recv(sub: argparse._SubParsersAction) -> None:
                       help="answer every message with an N-byte response (for --request-response)")
     p.add_argument("--verify", action="store_true",
                    help="check that messages from `srd send` arrive intact and once (costs CPU)")
+    p.add_argument("--cc", choices=CONTROLLERS.names(), default=TransportConfig.cc,
+                   help="congestion control of what this end sends back (responses); with credit it also "
+                   f"grants credit to its senders, who must use --cc credit too. {CONTROLLERS.help()}")
     _add_common(p)
     p.set_defaults(func=_cmd_recv)
 
@@ -244,13 +252,14 @@ def _register_send(sub: argparse._SubParsersAction) -> None:
 _OPTION_OF = {
     "mtu": "--mtu", "delivery": "--delivery", "recovery": "--recovery", "path_policy": "--policy",
     "num_evs": "--evs", "cc": "--cc", "window": "--window", "max_window": "--window",
-    "ack_delay": "--ack-delay", "ack_batch": "--ack-batch",
+    "ack_delay": "--ack-delay", "ack_batch": "--ack-batch", "link_rate_bps": "--link-rate", "base_rtt": "--base-rtt",
 }
 
 
 def _config(args: argparse.Namespace, **extra: Any) -> TransportConfig:
     fields: dict[str, Any] = {
         "delivery": args.delivery, "recovery": args.recovery, "ack_delay": args.ack_delay, "ack_batch": args.ack_batch,
+        "link_rate_bps": args.link_rate * 1e6, "base_rtt": args.base_rtt, "cc": args.cc,
     }
     if isinstance(args.mtu, int):
         fields["mtu"] = args.mtu

@@ -98,3 +98,13 @@ def test_the_choices_lists_are_the_registries() -> None:
 def test_a_name_registers_once() -> None:
     with pytest.raises(ValueError, match="registered already"):
         register_congestion_control("delay", halving_factory, "again")
+
+
+@pytest.mark.parametrize("command", [["srd", "send", "--to", "127.0.0.1:7471"], ["srd", "recv"],
+                                     ["allreduce", "--rank", "0", "--peers", "127.0.0.1:7000", "--size", "4"],
+                                     ["bench", "cc"]])
+def test_every_built_in_controller_reaches_every_command(command: list[str]) -> None:
+    assert {"delay", "fixed", "credit", "nscc"} <= set(CONTROLLERS.names())
+    for name in CONTROLLERS.names():
+        args = build_parser().parse_args([*command, "--cc", name])
+        assert (args.cc == [name]) if command[0] == "bench" else (args.cc == name)
