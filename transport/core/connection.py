@@ -185,7 +185,7 @@ class Connection:
             elif ptype == TYPE_ACK:
                 (cid, cum_psn, sack_base, bitmap, ack_psn, echo_ts, _ev, rwnd, ack_delay, flags, credit,
                  ce) = parse_ack(data)
-            elif ptype == TYPE_CREDIT or ptype == TYPE_REQUEST:
+            elif ptype in (TYPE_CREDIT, TYPE_REQUEST):
                 _, cid, limit, _ev, _flags = parse_ctrl(data)
             else:
                 raise WireError(why_malformed(data))

@@ -69,8 +69,17 @@ class CreditSender:
     """A connection's sending side under credit: the limit it may send new PSNs below, and the demand
     it has reported."""
 
-    __slots__ = ("limit", "reported", "request_due", "stalled_since", "wait", "_base_wait", "_max_wait",
-                 "credits_received", "requests_sent")
+    __slots__ = (
+        "_base_wait",
+        "_max_wait",
+        "credits_received",
+        "limit",
+        "reported",
+        "request_due",
+        "requests_sent",
+        "stalled_since",
+        "wait",
+    )
 
     def __init__(self, config: TransportConfig) -> None:
         self.limit = config.initial_window
@@ -123,8 +132,20 @@ class CreditReceiver:
     """A connection's receiving side under credit: what it granted, what the sender wants, what it
     has seen used. The scheduler it belongs to grants; ``dirty`` says a CREDIT should go."""
 
-    __slots__ = ("active", "demand", "dirty", "ev", "granted", "last_data", "owner", "scheduler", "used",
-                 "_counted", "grants", "written_off")
+    __slots__ = (
+        "_counted",
+        "active",
+        "demand",
+        "dirty",
+        "ev",
+        "granted",
+        "grants",
+        "last_data",
+        "owner",
+        "scheduler",
+        "used",
+        "written_off",
+    )
 
     def __init__(self, config: TransportConfig, scheduler: CreditScheduler) -> None:
         self.granted = config.initial_window  # the sender's unscheduled window is credit granted in advance

@@ -305,7 +305,7 @@ def parse_ctrl(data: bytes) -> tuple[int, int, int, int, int]:
     flags), validated; raises WireError naming the problem."""
     if len(data) == CTRL_LEN:
         magic, version, ptype, flags, ev, cid, limit, crc = _unpack_ctrl(data)
-        if (magic == MAGIC and version == VERSION and (ptype == TYPE_CREDIT or ptype == TYPE_REQUEST)
+        if (magic == MAGIC and version == VERSION and (ptype in (TYPE_CREDIT, TYPE_REQUEST))
                 and _crc32(data[:_CTRL_CRC_AT]) == crc):
             return ptype, cid, limit, ev, flags
     raise WireError(why_malformed(data))

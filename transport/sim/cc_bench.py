@@ -141,7 +141,8 @@ def text_report(result: dict[str, Any]) -> str:
     ]
     for cc, row in result["controllers"].items():
         perm = row["permutation"]
-        lines.append(f"{cc:8} {'permutation':12} {perm['goodput_vs_ideal_mean']:>7.3f} ({perm['goodput_vs_ideal_min']:.3f})"
+        mean, low = perm["goodput_vs_ideal_mean"], perm["goodput_vs_ideal_min"]
+        lines.append(f"{cc:8} {'permutation':12} {mean:>7.3f} ({low:.3f})"
                      f" {'':>10} {perm['fct_spread']:>7.3f} {'':>6} {perm['drops']:>6} "
                      f"{perm['retransmitted_percent']:>7.2f}")
         for n in (8, 15):
