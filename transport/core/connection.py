@@ -316,11 +316,16 @@ class Connection:
         self._queued_frags -= n_new
         self._last_ev = ev
         if ctx is not None:
+            # CreditSender.need_request() and note_stall(), inlined: this runs on every call.
             demand = recovery.next_seq + self._queued_frags
-            if ctx.need_request(demand):
+            if ctx.request_due or (demand > ctx.reported and demand > ctx.limit):
                 append((pack_ctrl(TYPE_REQUEST, 0, ev, cid, (ipsn + demand) & PSN_MASK), ev))
                 ctx.sent_request(demand)
-            ctx.note_stall(bool(queue) and recovery.next_seq >= ctx.limit and not recovery.inflight, now)
+            if queue and recovery.next_seq >= ctx.limit and not recovery.inflight:
+                if ctx.stalled_since is None:
+                    ctx.stalled_since = now
+            elif ctx.stalled_since is not None:
+                ctx.stalled_since = None
         return out
 
     def get_timer(self) -> float | None:
@@ -333,8 +338,13 @@ class Connection:
             pt = self._pacer.next_time
             if t is None or pt < t:
                 t = pt
-        if self._credit_tx is not None:
-            for ct in (self._credit_tx.timer(), self._own_scheduler.get_timer() if self._own_scheduler else None):
+        ctx = self._credit_tx
+        if ctx is not None:
+            ct = ctx.timer()
+            if ct is not None and (t is None or ct < t):
+                t = ct
+            if self._own_scheduler is not None:
+                ct = self._own_scheduler.get_timer()
                 if ct is not None and (t is None or ct < t):
                     t = ct
         return t
@@ -437,8 +447,11 @@ class Connection:
                 st.drop("ack_unsent")
                 return
         st.acks_received += 1
-        if flags & FLAG_CREDIT and self._credit_tx is not None:
-            self._credit_tx.on_credit((credit - self.initial_psn) & PSN_MASK, now)
+        ctx = self._credit_tx
+        if flags & FLAG_CREDIT and ctx is not None:
+            rel = (credit - self.initial_psn) & PSN_MASK
+            if rel != ctx.limit & PSN_MASK:  # most ACKs repeat the limit the previous one brought
+                ctx.on_credit(rel, now)
         if ce:
             st.ecn_ce_echoed += ce
             if self._on_ecn is not None:

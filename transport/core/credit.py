@@ -21,7 +21,9 @@ The rules, all here:
   queues data beyond both its credit and the demand it last reported.
 * Grants: the scheduler grants one PSN at a time, round robin over the connections whose demand
   exceeds their credit, at ``credit_rate_bps`` (receiver_rate_bps, else link_rate_bps; a full-size
-  packet per grant), in rounds of at least ``pacing_quantum``; and only while the credit outstanding
+  packet per grant). Arriving DATA clocks the grants: what the rate allows by then goes at once
+  (and rides in the ACK the packet gets); without arrivals a timer grants in rounds of at least
+  ``pacing_quantum``. Either way only while the credit outstanding
   over all its connections (granted, up to demand, and not yet seen used: the highest PSN received)
   is below the receiver window, one BDP plus one round of grants (``receiver_window``). Without a
   rate only that window bounds it. The first grants thus wait until the unscheduled windows of an
@@ -47,6 +49,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from transport.core.wire import PSN_MASK, psn_diff
+
+_PSN_HALF = 1 << 31
 
 if TYPE_CHECKING:
     from transport.core.config import TransportConfig
@@ -89,14 +93,16 @@ class CreditSender:
         self._base_wait = credit_timeout(config)
         self._max_wait = max(config.rto_max, self._base_wait)
         self.wait = self._base_wait
-        self.credits_received = 0
+        self.credits_received = 0  # CREDIT packets and ACKs that moved the limit
         self.requests_sent = 0
 
     def on_credit(self, wire_limit: int, now: float) -> None:
         """A CREDIT packet or an ACK's credit field: the cumulative limit, mapped near our own."""
         self.credits_received += 1
-        limit = self.limit + psn_diff(wire_limit, self.limit & PSN_MASK)
-        if limit > self.limit:
+        old = self.limit
+        # psn_diff(wire_limit, old), inlined: this runs for every ACK.
+        limit = old + ((wire_limit - old + _PSN_HALF) & PSN_MASK) - _PSN_HALF
+        if limit > old:
             self.limit = limit
             self.stalled_since = None
             self.wait = self._base_wait
@@ -182,7 +188,8 @@ class CreditReceiver:
             self.used = seq + 1
         if msg_end > self.demand:
             self.demand = msg_end
-        self._update(now)
+        self.active = True
+        self.scheduler.changed(self, now)
 
     def on_request(self, wire_limit: int, now: float) -> None:
         demand = self.demand + psn_diff(wire_limit, self.demand & PSN_MASK)
@@ -212,9 +219,16 @@ class CreditScheduler:
         self._in_wanting: set[CreditReceiver] = set()
         # Tokens (packets) bank at the rate up to one round's worth, so a late wake-up does not lose rate.
         self._burst = self.rate_pps * quantum + 1.0
+        # Arrivals grant once this many PSNs are due (half a round, or a quarter of the window unpaced),
+        # not one at a time: each grant costs the receiver a call, and its ACK carries them all alike.
+        self._batch = max(1, math.ceil(self.rate_pps * quantum / 2) if self.rate_pps else self.window // 4)
         self._tokens = 0.0
         self._last = 0.0
         self._next_check: float | None = None  # when outstanding credit is next looked at for write-off
+        self._touched: list[CreditReceiver] = []
+        # Whether take_touched() is read: an owner that flushes only the connections it is told of (the
+        # srd receiver) sets it; drivers that flush every connection anyway leave it off.
+        self.keep_touched = False
         self.grants = 0
         self.write_offs = 0
 
@@ -241,14 +255,32 @@ class CreditScheduler:
             # senders of an incast that start together are all known before credit flows.
             self._tokens = 0.0
             self._last = now
-        share = rx.outstanding()
+        # rx.outstanding(), inlined: this runs for every DATA packet.
+        granted, demand, used = rx.granted, rx.demand, rx.used
+        top = granted if granted < demand else demand
+        share = top - used if top > used else 0
         self.outstanding += share - rx._counted
         rx._counted = share
         if share and self._next_check is None:
             self._next_check = now + self.timeout / 2
-        if rx.demand > rx.granted and rx not in self._in_wanting:
+        if demand > granted and rx not in self._in_wanting:
             self._in_wanting.add(rx)
             self._wanting.append(rx)
+        if self._wanting and self.outstanding < self.window:
+            # Arrivals clock the grants: what the rate allows by now goes at once, so the ACK this
+            # packet is about to get carries it, and no timer has to wake the receiver for it.
+            if self.rate_pps:
+                self._refill(now)
+            else:
+                self._tokens = math.inf
+            if self._tokens >= self._batch and self.window - self.outstanding >= self._batch:
+                self._grant(now, self._touched if self.keep_touched else None)
+
+    def take_touched(self) -> list[CreditReceiver]:
+        """The connections granted to by arrivals since the last call (whose CREDIT their driver must let
+        go); handle_timer() returns its own."""
+        out, self._touched = self._touched, []
+        return out
 
     def _can_grant(self) -> bool:
         return bool(self._wanting) and self.outstanding < self.window
@@ -280,20 +312,37 @@ class CreditScheduler:
         else:
             self._tokens = math.inf
             self._last = now
+        self._grant(now, touched)
+        return touched
+
+    def _grant(self, now: float, touched: list[CreditReceiver] | None) -> None:
+        """Round robin while tokens and the window allow: each turn gives a connection an equal part of
+        what is left to grant (at least one PSN, at most what it still wants)."""
         wanting = self._wanting
         in_wanting = self._in_wanting
-        while self._tokens >= 1.0 and wanting and self.outstanding < self.window:
+        room = self.window - self.outstanding
+        tokens = self._tokens
+        n = room if room < tokens else int(tokens)
+        while n > 0 and wanting:
             rx = wanting.popleft()
-            rx.granted += 1
-            rx.grants += 1
-            self.grants += 1
-            self._tokens -= 1.0
-            share = rx.outstanding()
-            self.outstanding += share - rx._counted
-            rx._counted = share
+            part = n // len(wanting) if len(wanting) > 1 else n
+            if part < 1:
+                part = 1
+            want = rx.demand - rx.granted
+            if part > want:
+                part = want
+            # Below its demand every PSN granted is one more outstanding.
+            rx.granted += part
+            rx.grants += part
+            rx._counted += part
+            self.grants += part
+            self.outstanding += part
+            self._tokens -= part
+            n -= part
             if not rx.dirty:
                 rx.dirty = True
-                touched.append(rx)
+                if touched is not None:
+                    touched.append(rx)
             if rx.demand > rx.granted:
                 wanting.append(rx)
             else:
@@ -302,7 +351,6 @@ class CreditScheduler:
             self._next_check = now + self.timeout / 2
         if not self.rate_pps:
             self._tokens = 0.0
-        return touched
 
     def _refill(self, now: float) -> None:
         if now > self._last:

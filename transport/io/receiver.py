@@ -211,6 +211,7 @@ class Receiver(EventLoop):
         if conn.credit_receiver is not None:
             if self._credit is None:
                 self._credit = CreditScheduler.from_config(config)
+                self._credit.keep_touched = True
             conn.use_credit_scheduler(self._credit).owner = peer  # type: ignore[union-attr]
         if self.verify:
             peer.seen = set()
@@ -351,6 +352,8 @@ class Receiver(EventLoop):
             self._expire(now)
         credit = self._credit
         if credit is not None:
+            for rx in credit.take_touched():
+                active.add(rx.owner)
             t = credit.get_timer()
             if t is not None and t <= now:
                 for rx in credit.handle_timer(now):
