@@ -55,7 +55,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (EndpointError, ConfigError)
 # The UDP endpoints coalesce ACKs by default although the protocol core ACKs every packet: in a
 # Python process each datagram costs a wake-up and a syscall at both ends, and in the emulator every
 # packet also costs Open vSwitch a wake-up per switch it crosses (`fabriclab bench fidelity`); on slow
-# emulated links one 94-byte ACK per 1442-byte packet would also take 6 % of the reverse link, which
+# emulated links one 100-byte ACK per 1442-byte packet would also take 7 % of the reverse link, which
 # the host's own data shares. One ACK per 8 packets, or after at most 10 ms: at the demo's 4 Mb/s a
 # packet takes 3 ms, so ACKs still leave every few packets. Measured on the demo's sprayed arm, going
 # from 4 packets / 5 ms to 8 / 10 ms cut the packets the fabric carried by 16 % with the same goodput.

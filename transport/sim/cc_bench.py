@@ -8,8 +8,8 @@ virtual clock, sprayed EVs), for each controller in the registry:
   the wire), the mean and the minimum over flows;
 * incast 8:1 and 15:1: hosts 1..N each send one sized flow to host 0; ``completion_vs_ideal`` is the
   last byte's arrival over the ideal, all the incast's bytes on the wire (every packet with its
-  headers) over the receiver's link rate; ``fct_spread`` is (slowest - fastest) / slowest flow completion; ``peak_queue`` the most
-  packets the receiver's downlink held;
+  headers) over the receiver's link rate; ``fct_spread`` is (slowest - fastest) / slowest flow
+  completion; ``peak_queue`` the most packets the receiver's downlink held;
 * for each: queue drops, and retransmissions as a percentage of the packets sent;
 * ``core_us_per_packet``: process CPU of the protocol core per DATA packet (transport.sim.bench.bench_core:
   a sender and a receiver Connection handing datagrams to each other, no I/O, default configuration but
