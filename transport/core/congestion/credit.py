@@ -3,14 +3,16 @@ are in transport.core.credit."""
 
 from __future__ import annotations
 
-from transport.core.congestion.base import CcConfig, WindowControl
+from transport.core.congestion.base import CcConfig
+from transport.core.congestion.fixed import FixedWindow
 from transport.core.rtt import RttEstimator
 
 
-class CreditControl(WindowControl):
+class CreditControl(FixedWindow):
     """The congestion controller of `cc="credit"`: the receiver's credit paces and limits the sender
-    (Connection consults its CreditSender), so the window only bounds memory (max_window) and the
-    sender does not pace itself; loss and delay signals are the receiver's business."""
+    (Connection consults its CreditSender), so the window, fixed at max_window, only bounds memory, the
+    sender does not pace itself, and loss and delay signals are left to the receiver (as the fixed
+    window ignores them)."""
 
     name = "credit"
     receiver_driven = True
@@ -18,22 +20,6 @@ class CreditControl(WindowControl):
     @property
     def pacing_rate(self) -> float | None:
         return None
-
-    def on_ack(self, rtt: float, acked: int, now: float) -> None:
-        if self._own_rtt:
-            self.rtt.update(rtt)
-
-    def on_loss(self, now: float, share: float = 1.0) -> None:
-        pass
-
-    def on_timeout(self, now: float) -> None:
-        pass
-
-    def on_spurious(self, now: float) -> None:
-        pass
-
-    def state(self) -> dict:
-        return {"window": self._window}
 
     @classmethod
     def from_config(cls, config: CcConfig, rtt: RttEstimator | None = None) -> CreditControl:
