@@ -211,3 +211,32 @@ def add_path_policy_argument(parser: argparse.ArgumentParser | argparse._Argumen
         f"(next_ev, on_ack, on_loss, on_timeout, state), built as CLASS(num_evs, rng); {what}. A policy "
         "that raises, returns a bad EV or is too slow is reported once and replaced by spray for the rest "
         "of the run")
+
+
+class _ServersAction(argparse.Action):
+    """--servers: checked now (one line, exit 2), then set for every fabric this process brings up."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        import os
+
+        from emulator.cluster import SERVERS_ENV
+        from emulator.cluster.fabric import parse_servers
+        from emulator.errors import EmulatorError
+
+        try:
+            spec = parse_servers(str(values))
+        except EmulatorError as exc:
+            parser.error(str(exc))
+        os.environ[SERVERS_ENV] = spec.text
+        setattr(namespace, self.dest, spec.text)
+
+
+def add_servers_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--servers", action=_ServersAction, default=None, metavar="ns:N|HOST,...",
+                        help="split the fabric across servers with Mininet's cluster engine: HOST,... are "
+                        "machines reached over ssh (each with Open vSwitch, passwordless sudo and the same "
+                        "fabriclab and Mininet; 'localhost' puts nodes here too); ns:N makes N servers out of "
+                        "namespaces on this machine, each with its own sshd and Open vSwitch. Leaf and edge "
+                        "switches stay with their hosts; only fabric links cross servers (ssh tunnels). "
+                        "Default: this machine alone (env FABRICLAB_SERVERS)")

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli.args import add_path_policy_argument, positive_seconds
+from cli.args import add_path_policy_argument, add_servers_argument, number_arg, positive_seconds
 from emulator.errors import EmulatorError
 from emulator.network import raise_terminated
 from experiments.model import Arm, Experiment
@@ -140,10 +140,14 @@ def _names(text: str) -> tuple[str, ...]:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topo", metavar="SPEC", default=None, help="fabric (default: the experiment's own)")
+    add_servers_argument(p)
     p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
                    help="seconds of traffic per arm (fault times scale with it, and so does an all-reduce's "
                    "array)")
     p.add_argument("--seed", type=int, default=None, metavar="N", help="seed (default: the experiment's)")
+    p.add_argument("--reaction-delay", type=number_arg(float, "a number of seconds", 0, 10), default=None,
+                   metavar="S", help="the controller reroutes S seconds after a link's state changes, as a real "
+                   "fabric's detection and routing would (0: at once, ~30 ms; failover's default is 1 s)")
     p.add_argument("--repetitions", type=int, default=None, metavar="N", help="run every arm N times")
     p.add_argument("--arms", type=_names, default=None, metavar="NAME,...",
                    help="run only these arms, in the experiment's order (default: all; see `fabriclab list`)")
@@ -196,6 +200,8 @@ def _run(args: argparse.Namespace) -> int:
                                  "(see `fabriclab list`)")
     exp, topo = driver.prepare(args.name, args.topo, args.duration, args.seed, args.repetitions,
                                getattr(args, "arms", None))
+    if getattr(args, "reaction_delay", None) is not None:
+        exp.extra["controller_reaction_s"] = args.reaction_delay
     if getattr(args, "traffic", None) is not None:
         from experiments import traffic
 

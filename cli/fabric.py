@@ -9,6 +9,8 @@ import signal
 import sys
 import time
 
+from cli.args import add_servers_argument
+from emulator.cluster import new_fabric
 from emulator.errors import EmulatorError
 from emulator.network import ISOLATION_ENV, ISOLATIONS, MODES, Fabric, Terminated, raise_terminated
 from topologies import DEFAULT_SPEC, SpecError, parse_spec
@@ -36,6 +38,7 @@ MODE_HELP = (
 def add_fabric_args(p: argparse.ArgumentParser, default_mode: str = "ecmp", extra_modes: tuple = ()) -> None:
     p.add_argument("--topo", default=DEFAULT_SPEC, metavar="SPEC", help=TOPO_HELP)
     p.add_argument("--mode", default=default_mode, choices=MODES + extra_modes, help=MODE_HELP)
+    add_servers_argument(p)
 
 
 # `probe --mode all`: what each routing mode does to one flow and to a sender rotating its source port.
@@ -189,7 +192,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     rc = 0
     try:
-        with Fabric(topo, mode=args.mode, isolation=args.switch_daemons) as fab:
+        with new_fabric(topo, mode=args.mode, isolation=args.switch_daemons) as fab:
             print(_describe(fab), flush=True)
             if args.cli:
                 from mininet.cli import CLI

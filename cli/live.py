@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 
-from cli.args import add_path_policy_argument, number_arg, port_or_any, positive_seconds
+from cli.args import add_path_policy_argument, add_servers_argument, number_arg, port_or_any, positive_seconds
 from emulator.errors import EmulatorError
 from live.controls import MODES, POLICIES
 from live.workload import WORKLOADS
@@ -53,6 +53,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    help="fabric: a spec such as 'leaf-spine:spines=4,leaves=4,hosts=2,rate=20' or a .yaml/.json "
                    "file (default: %(default)s)")
     p.add_argument("--workload", default="permutation", choices=WORKLOADS, help="traffic (default: %(default)s)")
+    add_servers_argument(p)
     p.add_argument("--mode", default="ecmp", choices=MODES, help="routing mode to start in (default: %(default)s)")
     p.add_argument("--policy", default="single", choices=POLICIES,
                    help="the transport's path policy to start with; single = one entropy value per flow, what "

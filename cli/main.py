@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "cli.experiments",
     "cli.live",
     "cli.labs",
+    "cli.cluster",
 )
 
 # Commands their module alone can serve. Endpoints start once per emulated host and flow; importing

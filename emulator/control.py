@@ -69,6 +69,10 @@ class ControllerClient:
     def mode(self) -> str:
         return self.get("/mode")["mode"]
 
+    def set_reaction_delay(self, seconds: float) -> dict:
+        """Reroute `seconds` after a link's state changes, as a real fabric's routing would."""
+        return self.put("/reaction_delay", {"seconds": seconds})
+
     def set_mode(self, mode: str) -> dict:
         return self.put("/mode", {"mode": mode})
 

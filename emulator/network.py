@@ -158,6 +158,7 @@ class Fabric:
         self.state.bridges = [] if self.isolated else [s.name for s in self.topology.switches]
         self.state.interfaces = self._root_interfaces()
         self.state.save()
+        self._before_build()
 
         topo_file = self.workdir / "topology.json"
         topo_file.write_text(json.dumps(self.topology.to_dict(), indent=1))
@@ -185,6 +186,9 @@ class Fabric:
         self._started = True
         log.info("fabric %s up in %.1f s (%s datapath, %s switch daemons, mode %s)", self.topology.name,
                  self.timings.bring_up_s, self.datapath, self.isolation, self.mode)
+
+    def _before_build(self) -> None:
+        """What a fabric needs before its controller and nodes (cluster fabrics: their servers)."""
 
     @property
     def isolated(self) -> bool:

@@ -20,23 +20,16 @@ from __future__ import annotations
 import logging
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from mininet.node import Switch
 
 from emulator.errors import EmulatorError
-from emulator.ovs_daemons import RECONNECT_MS, daemon_pids, instance_dir, stop_daemons
+from emulator.ovs_daemons import RECONNECT_MS, daemon_pids, instance_dir, start_commands, stop_daemons
 
 log = logging.getLogger(__name__)
 
-OVS_SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 _OK = "fabriclab-switch-started"
-# A fabric holds many daemons, most idle at any moment: their periodic work adds up (fat-tree k=4,
-# 20 daemons: 0.021 cores idle by default, 0.006 with these). Rule changes still revalidate the
-# datapath's flows at once; only the periodic sweep (idle expiry, flow statistics) and the database's
-# interface statistics, which nothing here reads, come less often.
-IDLE_TUNING = "other_config:max-revalidator=10000 other_config:stats-update-interval=60000"
 # A unix socket path must fit in sun_path (108 bytes with its NUL).
 _MAX_SOCKET_PATH = 107
 
@@ -82,7 +75,6 @@ class IsolatedOVSSwitch(Switch):
     def start_script(self) -> str:
         d = shlex.quote(str(self.dir))
         env = f"export OVS_RUNDIR={d} OVS_DBDIR={d} OVS_LOGDIR={d} OVS_SYSCONFDIR={d}"
-        common = "--detach --no-chdir"
         bridge = [
             "--", "add-br", self.name,
             "--", "set", "bridge", self.name, "datapath_type=netdev", "fail_mode=secure",
@@ -108,12 +100,7 @@ class IsolatedOVSSwitch(Switch):
             f"mkdir -p {d}",
             f"ln -sfn {shlex.quote(self.controller_socket)} {shlex.quote(str(link))}",
             env,
-            f"ovsdb-tool create {d}/conf.db {shlex.quote(str(OVS_SCHEMA))}",
-            f"ovsdb-server {d}/conf.db --remote=punix:{d}/db.sock --pidfile={d}/ovsdb-server.pid "
-            f"--unixctl={d}/ovsdb-server.ctl --log-file={d}/ovsdb-server.log {common}",
-            f"ovs-vsctl --db=unix:{d}/db.sock --no-wait init -- set Open_vSwitch . {IDLE_TUNING}",
-            f"ovs-vswitchd unix:{d}/db.sock --pidfile={d}/ovs-vswitchd.pid --unixctl={d}/ovs-vswitchd.ctl "
-            f"--log-file={d}/ovs-vswitchd.log {common}",
+            *start_commands(str(self.dir), db_socket=f"{self.dir}/db.sock"),
             f"ovs-vsctl --db=unix:{d}/db.sock --timeout=30 " + " ".join(shlex.quote(a) for a in bridge),
         ]
         # Quiet links: IPv6 would chatter across the fabric; jumbo frames need the veth ends too.

@@ -39,6 +39,11 @@ class RunState:
     # Per-switch Open vSwitch daemons (their pidfiles in workdir/ovs/ name them too, from the moment
     # each starts, so a run killed mid-start leaves nothing unfound).
     daemon_pids: list[int] = field(default_factory=list)
+    # Cluster fabrics (emulator.cluster): the servers used; namespace servers' namespaces; ssh
+    # processes (namespace servers' sshd, the controller's forwards, Mininet's tunnels).
+    servers: list[str] = field(default_factory=list)
+    netns: list[str] = field(default_factory=list)
+    ssh_pids: list[int] = field(default_factory=list)
 
     @property
     def path(self) -> Path:
@@ -142,6 +147,11 @@ def remove_run(state: RunState) -> list[str]:
     removed: list[str] = []
     if state.controller_pid and kill_pid(state.controller_pid, "emulator.controller"):
         removed.append(f"controller process {state.controller_pid}")
+    # With namespace servers every ssh process of the run names its work directory (-F, -f).
+    ssh_mark = state.workdir if state.netns and state.workdir else "ssh"
+    for pid in state.ssh_pids:
+        if kill_pid(pid, ssh_mark, timeout=2.0):
+            removed.append(f"ssh process {pid}")
     if state.workdir:
         from emulator.ovs_daemons import all_daemon_pids, stop_daemons
 
@@ -157,6 +167,10 @@ def remove_run(state: RunState) -> list[str]:
             removed.append(f"bridge {br}")
         if interface_exists(br):
             _run(["ip", "link", "del", br])
+    if state.netns:
+        from emulator.cluster.nsservers import remove_namespaces
+
+        removed += remove_namespaces(state.netns)
     for table in state.nft_tables:
         if _run(["nft", "delete", "table", "netdev", table]).returncode == 0:
             removed.append(f"nftables table {table}")

@@ -82,6 +82,15 @@ def fidelity_sentences(doc: ResultsDocument) -> list[str]:
     head = (f"Fidelity: {idle}; switches forwarded at most {f.get('switch_pps_peak', 0) / 1e3:.1f} kpps "
             f"(ceiling ~{f.get('ovs_ceiling_pps', 0) / 1e3:.0f} kpps); {f.get('drops_outside_queues', 0)} drops "
             "outside the shaped queues.")
+    across = [a for a in doc["arms"] if a.get("server_cpu_idle")]
+    if across:
+        worst = {}
+        for a in across:
+            for server, share in a["server_cpu_idle"].items():
+                worst[server] = min(worst.get(server, 1.0), share)
+        head += (f" Across {len(worst)} servers ({across[0].get('cross_server_links', 0)} links carried by ssh "
+                 "tunnels); each server's CPU idle over the traffic, worst arm: "
+                 + ", ".join(f"{s} {v:.0%}" for s, v in sorted(worst.items())) + ".")
     if f.get("trusted"):
         return [head + " The emulator kept up: the numbers reflect the emulated fabric."]
     out = [head + " **These numbers cannot be trusted as a model of the fabric**: the emulator itself was a "

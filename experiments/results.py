@@ -171,7 +171,12 @@ def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool)
     socket_drops += sum(f.get("receiver_socket_drops_total", 0) or 0 for f in flows)
     outside = max(0, ovs_drops - shaped_sw) + socket_drops
     _, _, npkts = window_bytes(samples)
-    fid = fidelity_verdict(idle, links.switch_pps, outside, sum(npkts.values()))
+    fid = fidelity_verdict(idle, links.switch_pps, outside, sum(npkts.values()),
+                           servers_idle=raw.get("server_cpu_idle"))
+    if raw.get("servers"):
+        where = raw["servers"]
+        entry["server_cpu_idle"] = raw.get("server_cpu_idle", {})
+        entry["cross_server_links"] = sum(1 for lk in topo.links if where.get(lk.a) != where.get(lk.b))
     entry["fidelity"] = fid.to_dict()
     entry["cpu_budget"] = cpu_budget(raw, topo, npkts)
     entry["queue_drops"] = _queue_drop_delta(raw)

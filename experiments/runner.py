@@ -138,11 +138,11 @@ def _stop_procs(procs: list[subprocess.Popen], grace: float = 3.0) -> None:
 
 def open_fabric(topo: Topology, mode: str, reporter: Reporter) -> Any:
     """A started Fabric; waits while another fabric holds the machine (they share interface names)."""
-    from emulator.network import Fabric
+    from emulator.cluster import new_fabric
 
     waited = 0.0
     while True:
-        fab = Fabric(topo, mode=mode)
+        fab = new_fabric(topo, mode=mode)
         try:
             fab.__enter__()
             return fab
@@ -164,6 +164,9 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
     raw: RawArm = {"fault_errors": [], "endpoint_errors": []}
     try:
         raw["bring_up_s"] = round(fab.timings.bring_up_s, 3)
+        reaction = exp.extra.get("controller_reaction_s")
+        if reaction is not None:
+            fab.api.set_reaction_delay(float(reaction))
         raw["datapath"] = fab.datapath
         raw["loss_method"] = fab.shaper.loss_method if fab.shaper else None
         ctx = ArmContext(fab, exp, arm, topo, flows, duration, seed, bytes_per_flow, raw_dir,
@@ -183,6 +186,7 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
             kind = arms.get(arm.kind)
             receivers, senders = kind.start(ctx)
             ledger.open()
+            servers_before = fab.server_cpu_jiffies() if hasattr(fab, "server_cpu_jiffies") else None
             fault_th = _fault_thread(ctx, late, sampler, stop_faults, raw["fault_errors"]) if late else None
             last_start = max((f.start_s for f in flows), default=0.0)
             expected = duration
@@ -197,6 +201,11 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
                 time.sleep(0.2)
             t_end = time.monotonic()
             raw["cpu_window"] = ledger.close()
+            if servers_before is not None:
+                from emulator.cluster.fabric import idle_between
+
+                raw["server_cpu_idle"] = idle_between(servers_before, fab.server_cpu_jiffies())
+                raw["servers"] = dict(fab.placement)
             time.sleep(0.3)  # the last ACKs reach the senders; the receivers' counters settle
             stop_faults.set()
             if fault_th is not None:

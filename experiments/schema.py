@@ -121,9 +121,15 @@ class ArmResult(_ArmRequired, total=False):
     timings: dict[str, float | None]
     datapath: str | None
     loss_method: str | None
+    server_cpu_idle: dict[str, float]  # across servers only: each server's CPU idle over the traffic
+    cross_server_links: int  # across servers only: links carried by ssh tunnels
     # What the experiments' analyses add (experiments/scenarios).
     expected_goodput_bps: float
     vs_expectation: float | None
+    placement: dict[str, str]  # ECMP arms: flow -> the switches its hashed path crossed
+    placement_residual: float  # how much of the counted load that placement leaves unexplained (0: none)
+    placement_fair_bps: float  # the max-min fair total of that placement
+    vs_placement: float | None  # goodput / placement_fair_bps
     path_share: dict[str, Any]
     goodput_before_fault_bps: float | None
     goodput_after_fault_bps: float | None
@@ -192,6 +198,10 @@ class RawArm(TypedDict, total=False):
     samples: list[dict[str, Any]]  # GET /links, with the sample time `t`
     cpu: list[dict[str, float]]  # idle fraction over the `dt` seconds before `t`
     cpu_window: dict[str, float | None]
+    # Fabrics split across servers (emulator.cluster): each server's CPU idle over the traffic, and
+    # which server each node ran on.
+    server_cpu_idle: dict[str, float]
+    servers: dict[str, str]
     qdisc_before: dict[str, dict[str, int]]
     qdisc_after: dict[str, dict[str, int]]
     faults: list[AppliedFault]

@@ -80,9 +80,9 @@ class FabricBackend:
         self._pairs = plan_pairs(topology, workload, seed)
 
     def start(self) -> None:
-        from emulator.network import Fabric
+        from emulator.cluster import new_fabric
 
-        fab = Fabric(self.topology, mode=self.mode)
+        fab = new_fabric(self.topology, mode=self.mode)
         self.fab = fab
         fab.__enter__()
         self.traffic = Workload(fab, self.workload, self.policy, self.seed)

@@ -13,7 +13,9 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 APT_PACKAGES=(mininet openvswitch-switch nftables iperf3 iputils-ping ethtool iproute2 procps kmod
-              python3-venv python3-pip tcpdump)
+              python3-venv python3-pip tcpdump openssh-client openssh-server sudo)
+# openssh-server provides the sshd binary that `fabriclab cluster` starts inside its namespace servers
+# (listening on their private underlay only); the system's own sshd service is not started or enabled.
 # Vagrant is only used to validate the Vagrantfile; it is optional (not in every Ubuntu release).
 OPTIONAL_PACKAGES=(vagrant)
 if [ "${FABRICLAB_DEV_TOOLS:-1}" != 0 ]; then
@@ -37,7 +39,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     log "installing apt packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
+    # Installing a daemon's package must not start it (an sshd on port 22 would be a listening server
+    # the user did not ask for): policy-rc.d answers "not now" for the time of the install.
+    own_policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && own_policy=1
+    fi
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
+    if [[ " ${missing[*]} " == *" openssh-server "* ]] && command -v systemctl >/dev/null \
+       && [ -d /run/systemd/system ]; then
+        systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+    fi
 fi
 for p in "${OPTIONAL_PACKAGES[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

@@ -41,6 +41,22 @@ def fabric_interfaces() -> list[str]:
     return [n for n in names if "-eth" in n and OUR_NODE.match(n.split("-eth")[0])]
 
 
+def cluster_namespaces() -> list[str]:
+    """Namespace servers' network namespaces (emulator.cluster.nsservers names them flc-<run>-s<N>)."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return sorted(n for n in out.stdout.split() if n.startswith("flc-"))
+
+
+def cluster_ssh_processes() -> list[str]:
+    """sshd, tunnels and forwards of cluster runs: every one names the run's work directory."""
+    out = subprocess.run(["pgrep", "-af", "ssh"], capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if "pgrep" not in line and "/fabriclab-" in line]
+
+
+def underlay_interfaces() -> list[str]:
+    return sorted(p.name for p in Path("/sys/class/net").glob("flc-ul*"))
+
+
 def leftovers() -> dict[str, list]:
     """Everything an emulated fabric could leave behind; all lists empty when clean."""
     return {
@@ -51,6 +67,9 @@ def leftovers() -> dict[str, list]:
         "ovs_daemons": private_ovs_daemons(),
         "work_directories": work_directories(),
         "nft_tables": our_nft_tables(),
+        "namespaces": cluster_namespaces(),
+        "ssh_processes": cluster_ssh_processes(),
+        "underlay": underlay_interfaces(),
         "run_records": sorted(p.name for p in STATE_DIR.glob("*.json")) if STATE_DIR.is_dir() else [],
     }
 

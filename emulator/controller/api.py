@@ -1,6 +1,7 @@
 """The controller's JSON HTTP API (stdlib ThreadingHTTPServer, one thread per request).
 
-GET /health, /links, /ports, /events, /mode, /rules[?switch=NAME]; PUT /mode {"mode": "spray"}.
+GET /health, /links, /ports, /events, /mode, /rules[?switch=NAME], /reaction_delay; PUT /mode {"mode": "spray"},
+PUT /reaction_delay {"seconds": 0.5}.
 Errors are one-line JSON objects: {"error": "..."}.
 
 Only fabriclab's own client is meant to call it, so it refuses what a browser page could send: a
@@ -36,6 +37,8 @@ class Backend(Protocol):
     def api_get_mode(self) -> dict[str, Any]: ...
     def api_set_mode(self, mode: Any) -> dict[str, Any]: ...  # ValueError: bad mode; TimeoutError
     def api_rules(self, switch: str | None) -> dict[str, Any]: ...  # KeyError: unknown switch
+    def api_get_reaction_delay(self) -> dict[str, Any]: ...
+    def api_set_reaction_delay(self, seconds: Any) -> dict[str, Any]: ...  # ValueError: out of range
 
 
 class ApiError(Exception):
@@ -152,6 +155,8 @@ def _handler_class(backend: Backend, listen: str = "127.0.0.1",
                     return backend.api_events()
                 if path == "/mode":
                     return backend.api_get_mode()
+                if path == "/reaction_delay":
+                    return backend.api_get_reaction_delay()
                 if path == "/rules":
                     try:
                         return backend.api_rules(query.get("switch", [None])[0])
@@ -167,6 +172,14 @@ def _handler_class(backend: Backend, listen: str = "127.0.0.1",
                     raise ApiError(HTTPStatus.BAD_REQUEST, str(e)) from None
                 except TimeoutError as e:
                     raise ApiError(HTTPStatus.GATEWAY_TIMEOUT, str(e)) from None
+            elif method == "PUT" and path == "/reaction_delay":
+                body = self._read_json()
+                if not isinstance(body, dict) or "seconds" not in body:
+                    raise ApiError(HTTPStatus.BAD_REQUEST, 'expected a body like {"seconds": 0.5}')
+                try:
+                    return backend.api_set_reaction_delay(body["seconds"])
+                except ValueError as e:
+                    raise ApiError(HTTPStatus.BAD_REQUEST, str(e)) from None
             raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint: {method} {path}")
 
         def do_GET(self) -> None:
@@ -176,8 +189,9 @@ def _handler_class(backend: Backend, listen: str = "127.0.0.1",
             self._dispatch("PUT")
 
         def do_POST(self) -> None:
-            # POST /mode is accepted as a synonym, for clients that cannot PUT.
-            self._dispatch("PUT" if urlsplit(self.path).path.rstrip("/") == "/mode" else "POST")
+            # POST is accepted as a synonym of PUT, for clients that cannot PUT.
+            puts = ("/mode", "/reaction_delay")
+            self._dispatch("PUT" if urlsplit(self.path).path.rstrip("/") in puts else "POST")
 
     return Handler
 

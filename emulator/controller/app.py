@@ -138,6 +138,10 @@ class FabricController(compat.BaseApp):
         self.counters = PortTable()
         self._events: list[dict[str, Any]] = []
         self._rules_cache: tuple[tuple, dict[str, tuple[FlowEntry, ...]]] | None = None
+        # Seconds between a port's status change and the reroute it causes: 0 is this controller's own
+        # ~30 ms; real fabrics take from a few hundred ms (link-down detection, BFD) to seconds (routing
+        # convergence), which is what a path-aware transport is measured against (see api_set_reaction_delay).
+        self.reaction_delay = 0.0
         self.api = ApiServer(self, cfg.api_host, cfg.api_port)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -440,10 +444,22 @@ class FabricController(compat.BaseApp):
             msg.reason,
             is_down,
         )
+        delay = self.reaction_delay
+        if delay > 0:
+            # Events keep their order: each waits the same time.
+            compat.spawn(self._port_changed_later, delay, dp.id, desc.port_no, is_down, started)
+            return
+        self._port_changed(dp.id, desc.port_no, is_down, started)
+
+    def _port_changed_later(self, delay: float, dpid: int, port: int, is_down: bool, started: float) -> None:
+        if not self.stopping.wait(delay):
+            self._port_changed(dpid, port, is_down, started)
+
+    def _port_changed(self, dpid: int, port: int, is_down: bool, started: float) -> None:
         with self.lock:
-            changed = self._set_port(dp.id, desc.port_no, is_down)
+            changed = self._set_port(dpid, port, is_down)
             if changed:
-                self._links_changed([(lk, desc.port_no) for lk in changed], dp.id, started)
+                self._links_changed([(lk, port) for lk in changed], dpid, started)
 
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
     @_guarded
@@ -611,6 +627,17 @@ class FabricController(compat.BaseApp):
             "flow_mods": job.flow_mods,
             "switches_updated": job.switches,
         }
+
+    def api_get_reaction_delay(self) -> dict[str, Any]:
+        return {"seconds": self.reaction_delay}
+
+    def api_set_reaction_delay(self, seconds: Any) -> dict[str, Any]:
+        """How long after a link's state changes the controller reroutes (0 to 10 s)."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds <= 10:
+            raise ValueError("reaction delay: give seconds from 0 to 10")
+        previous, self.reaction_delay = self.reaction_delay, float(seconds)
+        self._record("reaction_delay", seconds=self.reaction_delay, previous=previous)
+        return {"seconds": self.reaction_delay, "previous": previous}
 
     def api_rules(self, switch: str | None) -> dict[str, Any]:
         with self.lock:

@@ -37,8 +37,9 @@ class Fidelity:
 
 
 def fidelity_verdict(idle: Iterable[float], switch_pps: float, drops_outside: int, packets: int,
-                     ceiling: float = OVS_CEILING_PPS) -> Fidelity:
-    """Whether the emulator kept up: CPU idle above MIN_IDLE, OVS below its ceiling, no stray drops."""
+                     ceiling: float = OVS_CEILING_PPS, servers_idle: dict[str, float] | None = None) -> Fidelity:
+    """Whether the emulator kept up: CPU idle above MIN_IDLE, OVS below its ceiling, no stray drops;
+    across servers, every server's CPU idle over the traffic above MIN_IDLE too (`servers_idle`)."""
     idle = [x for x in idle if x is not None]
     lo = min(idle) if idle else None
     mean = float(np.mean(idle)) if idle else None
@@ -46,6 +47,10 @@ def fidelity_verdict(idle: Iterable[float], switch_pps: float, drops_outside: in
     if lo is not None and lo < MIN_IDLE:
         reasons.append(f"CPU idle fell to {lo:.0%} (under {MIN_IDLE:.0%}): the emulator, not the fabric, "
                        "may be the bottleneck; lower the link rates or the number of flows")
+    for server, share in sorted((servers_idle or {}).items()):
+        if share < MIN_IDLE:
+            reasons.append(f"server {server}'s CPU was {share:.0%} idle over the traffic (under {MIN_IDLE:.0%}): "
+                           "it could not keep up; place fewer switches on it or lower the rates")
     if switch_pps >= CEILING_WARN * ceiling:
         reasons.append(f"switches forwarded {switch_pps / 1e3:.0f} kpps, near userspace OVS's ceiling of "
                        f"~{ceiling / 1e3:.0f} kpps: lower the link rates")

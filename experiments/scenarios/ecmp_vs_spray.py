@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from experiments.analysis.actual_placement import infer_placement, placement_fair_rates
 from experiments.analysis.hashing import ecmp_expectation
+from experiments.analysis.links import hop_label
+from experiments.analysis.placement import capacities
 from experiments.model import Arm, Experiment, Workload
 from experiments.scenarios.common import arms_by_name, flow_pairs, mbps, ok_arms, secs
 from experiments.schema import ResultsDocument
@@ -48,6 +51,9 @@ def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
         if a["mode"] == "ecmp" and not a.get("error"):
             a["expected_goodput_bps"] = exp.expected_goodput_bps
             a["vs_expectation"] = a["goodput_bps"] / exp.expected_goodput_bps if exp.expected_goodput_bps else None
+    for a in doc["arms"]:
+        if a["mode"] == "ecmp" and not a.get("error"):
+            a.update(judge_placement(topo, a))
     # One run is one hash placement; the expectation is over placements, so compare it with the mean
     # over repetitions (each repetition has its own seed).
     ecmp = [a["goodput_bps"] for a in ok_arms(doc["arms"]) if a["name"] == ECMP_SINGLE]
@@ -56,6 +62,23 @@ def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
         out["ecmp_placements"] = {"runs": len(ecmp), "mean_goodput_bps": mean,
                                   "mean_vs_expectation": mean / exp.expected_goodput_bps}
     return out
+
+
+def judge_placement(topo: Topology, arm: dict[str, Any]) -> dict[str, Any]:
+    """The arm's actual placement (from its link counters) and the max-min fair rate it allowed."""
+    flows = [f for f in arm.get("flows", []) if f.get("src") and f.get("dst")]
+    util = arm.get("link_utilisation") or {}
+    if not flows or not util:
+        return {}
+    caps = {hop_label(h): c for h, c in capacities(topo).items()}
+    observed = {lb: u * caps.get(lb, 0.0) for lb, u in util.items()}
+    pairs = [(f["src"], f["dst"]) for f in flows]
+    sizes = [float(f.get("wire_bytes") or f.get("bytes") or 0.0) for f in flows]
+    placement = infer_placement(topo, pairs, sizes, observed)
+    fair = sum(placement_fair_rates(topo, placement))
+    return {"placement": dict(zip([f"{s}->{d}" for s, d in pairs], placement.vias(topo), strict=True)),
+            "placement_residual": round(placement.residual, 4), "placement_fair_bps": fair,
+            "vs_placement": arm["goodput_bps"] / fair if fair > 0 else None}
 
 
 def sentences(doc: ResultsDocument) -> list[str]:
@@ -87,6 +110,13 @@ def sentences(doc: ResultsDocument) -> list[str]:
                    f"({e['goodput_fraction']:.0%} of ideal"
                    + (f", {vs:.2f}x its balls-in-bins expectation" if vs else "")
                    + f"); imbalance {e['link_imbalance']:.2f}, hot links: {hot}.")
+        if e.get("vs_placement"):
+            verdict = ("so the rest of the gap to spraying is the hash's luck, not the sharing"
+                       if e["vs_placement"] >= 0.9 else
+                       "well short of it: the flows shared their paths badly, beyond the hash's luck")
+            out.append(f"Its own placement (the path each flow's hash chose, recovered from the link counters) "
+                       f"allowed a max-min fair {mbps(e['placement_fair_bps'])}; ECMP carried "
+                       f"{e['vs_placement']:.2f}x that, {verdict}.")
     if s and e and e["goodput_bps"] > 0:
         out.append(f"Spraying's aggregate goodput is {s['goodput_bps'] / e['goodput_bps']:.2f}x ECMP's; the slowest "
                    f"flow finished in {secs(s['completion_p99_s'])} sprayed against {secs(e['completion_p99_s'])} "

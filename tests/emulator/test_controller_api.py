@@ -44,6 +44,20 @@ class Fake:
     def api_rules(self, switch: str | None) -> dict[str, Any]:
         return {"switches": {}}
 
+    def api_get_reaction_delay(self) -> dict[str, Any]:
+        return {"seconds": 0.0}
+
+    def api_set_reaction_delay(self, seconds: Any) -> dict[str, Any]:
+        from emulator.controller.app import FabricController
+
+        FabricController.api_set_reaction_delay(self, seconds)  # the app's own validation
+        return {"seconds": seconds}
+
+    def _record(self, kind: str, **info: Any) -> dict[str, Any]:
+        return {"kind": kind, **info}
+
+    reaction_delay = 0.0
+
 
 @pytest.fixture
 def api() -> Iterator[tuple[ApiServer, Fake]]:
@@ -158,3 +172,12 @@ def test_a_deeply_nested_body_is_a_400(api):
     status, out = request(server, "PUT", "/mode", b"[" * 30_000 + b"]" * 30_000, JSON)
     assert status == 400 and "not JSON" in out["error"]
     assert backend.set_calls == []
+
+
+@pytest.mark.parametrize("body,status", [(b'{"seconds": 0.5}', 200), (b'{"seconds": 11}', 400),
+                                         (b'{"seconds": -1}', 400), (b'{"seconds": true}', 400),
+                                         (b'{"delay": 1}', 400)])
+def test_the_reaction_delay_takes_seconds_from_0_to_10(api, body, status):
+    server, _ = api
+    code, reply = request(server, "PUT", "/reaction_delay", body, JSON)
+    assert code == status, reply

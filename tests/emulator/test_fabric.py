@@ -169,6 +169,25 @@ def test_link_cut_during_probe_reroutes(ls442, restore_mode):
     assert again.per_spine["spine1"] > 0
 
 
+def test_a_reaction_delay_holds_the_reroute_back(ls442, restore_mode):
+    """With a real fabric's reaction time set, the controller reroutes that long after the cut."""
+    restore_mode(ls442)
+    try:
+        assert ls442.api.set_reaction_delay(0.4)["seconds"] == 0.4
+        before = len(ls442.api.events())
+        ls442.set_link_up("leaf1", "spine2", False)
+        deadline = time.monotonic() + 10
+        down: list[dict] = []
+        while time.monotonic() < deadline and not (down and down[-1].get("took_ms")):
+            down = [e for e in ls442.api.events()[before:] if e.get("kind") == "link_down"]
+            time.sleep(0.1)
+        assert down and down[-1]["took_ms"] >= 400, down
+    finally:
+        ls442.api.set_reaction_delay(0.0)
+        ls442.set_link_up("leaf1", "spine2", True)
+        time.sleep(0.5)
+
+
 def test_in_server_2x8_pings_in_every_mode(in_server, restore_mode):
     _all_modes_ping(in_server, restore_mode)
 
