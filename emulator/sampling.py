@@ -1,6 +1,7 @@
 """What a running fabric is measured by while traffic crosses it: the controller's per-link counters and
-the CPU's idle time, sampled every half second (`Sampler`), and the queue counters of the shaped
-interfaces from `tc -s qdisc show` (`qdisc_drops`), read before and after.
+the CPU's idle time, sampled every half second (`Sampler`), the queue counters of the shaped
+interfaces from `tc -s qdisc show` (`qdisc_drops`), read before and after, and one interface's queue
+over time (`QueueWatcher`: an incast's receiver downlink).
 """
 
 from __future__ import annotations
@@ -90,3 +91,43 @@ def qdisc_drops(fab: Any) -> dict[str, dict[str, int]]:
         except Exception as exc:
             log.debug("tc in %s: %s", node.name, exc)
     return result
+
+
+_BACKLOG_RX = re.compile(r"^qdisc \S+ \S+ (?:dev \S+ )?root.*?backlog (\d+)b (\d+)p", re.M | re.S)
+
+
+def parse_root_backlog(text: str) -> tuple[int, int] | None:
+    """(bytes, packets) queued at the root qdisc of one interface's `tc -s qdisc show dev X`."""
+    m = _BACKLOG_RX.search(text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+class QueueWatcher(threading.Thread):
+    """Samples the backlog of one interface's egress queue every `interval` seconds, from outside the
+    node's shell (nsenter into its network namespace), so the runner's own use of the shell is free.
+
+    `samples`: {"t": monotonic time, "bytes", "packets"}."""
+
+    def __init__(self, netns_pid: int | None, interface: str, interval: float = 0.05) -> None:
+        super().__init__(daemon=True, name=f"fabriclab-queue-{interface}")
+        self.cmd = ["tc", "-s", "qdisc", "show", "dev", interface]
+        if netns_pid:
+            self.cmd = ["nsenter", "-t", str(netns_pid), "-n", *self.cmd]
+        self.interval = interval
+        self.samples: list[dict[str, float]] = []
+        self._stop_evt = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_evt.wait(self.interval):
+            try:
+                out = subprocess.run(self.cmd, capture_output=True, text=True, timeout=5).stdout
+            except (OSError, subprocess.SubprocessError) as exc:
+                log.debug("queue sample: %s", exc)
+                continue
+            got = parse_root_backlog(out)
+            if got is not None:
+                self.samples.append({"t": time.monotonic(), "bytes": got[0], "packets": got[1]})
+
+    def stop(self) -> None:
+        self._stop_evt.set()
+        self.join(timeout=5)

@@ -31,6 +31,8 @@ SCENARIOS = (
     "experiments.scenarios.failover",
     "experiments.scenarios.in_server",
     "experiments.scenarios.allreduce",
+    "experiments.scenarios.training",
+    "experiments.scenarios.incast",
 )
 
 

@@ -173,6 +173,12 @@ def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool)
     _, _, npkts = window_bytes(samples)
     fid = fidelity_verdict(idle, links.switch_pps, outside, sum(npkts.values()),
                            servers_idle=raw.get("server_cpu_idle"))
+    if raw.get("queue_series"):
+        q = raw["queue_series"]
+        pts = [p for p in q.get("samples", []) if p["t"] >= t0]
+        entry["queue_series"] = {"interface": q.get("interface"), "t": [round(p["t"] - t0, 3) for p in pts],
+                                 "packets": [p["packets"] for p in pts], "bytes": [p["bytes"] for p in pts]}
+        entry["queue_max_packets"] = max((p["packets"] for p in pts), default=0)
     if raw.get("servers"):
         where = raw["servers"]
         entry["server_cpu_idle"] = raw.get("server_cpu_idle", {})

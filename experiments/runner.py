@@ -174,6 +174,7 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
         sampler = Sampler(fab)
         sampler.sample_once()
         sampler.start()
+        queue = _queue_watcher(fab, topo, exp.extra.get("watch_queue"))
         q_before = qdisc_drops(fab)
         # Faults at time 0 are the arm's conditions: in place before any traffic.
         early = [f for f in arm.faults if f.at_s <= 0]
@@ -215,6 +216,9 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
         finally:
             stop_faults.set()
             sampler.stop()
+            if queue is not None:
+                queue.stop()
+                raw["queue_series"] = {"interface": queue.cmd[-1], "samples": queue.samples}
             _stop_procs(ctx.procs, grace=1.0)
         for p in ctx.procs:
             if p.returncode not in (0, -signal.SIGTERM, None) and p.stderr is not None:
@@ -241,6 +245,20 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
     raw["wall_s"] = round(time.monotonic() - t_start, 3)
     raw["endpoints"] = read_endpoints(raw_dir)
     return raw
+
+
+def _queue_watcher(fab: Any, topo: Topology, where: Any) -> Any:
+    """A running QueueWatcher on the egress of switch -> host, for `extra["watch_queue"]` = [switch, host]."""
+    if not where:
+        return None
+    from emulator.sampling import QueueWatcher
+
+    switch, host = where
+    link = next(lk for lk in topo.links if {lk.a, lk.b} == {switch, host})
+    pid = None if fab._in_root_namespace(switch) else fab.net[switch].pid
+    watcher = QueueWatcher(pid, link.intf(switch))
+    watcher.start()
+    return watcher
 
 
 def _safe(fn: Callable[[], Any]) -> Any:

@@ -121,6 +121,8 @@ class ArmResult(_ArmRequired, total=False):
     timings: dict[str, float | None]
     datapath: str | None
     loss_method: str | None
+    queue_series: dict[str, Any]  # extra["watch_queue"]: {"interface", "t", "packets", "bytes"} from t0
+    queue_max_packets: int
     server_cpu_idle: dict[str, float]  # across servers only: each server's CPU idle over the traffic
     cross_server_links: int  # across servers only: links carried by ssh tunnels
     # What the experiments' analyses add (experiments/scenarios).
@@ -140,6 +142,16 @@ class ArmResult(_ArmRequired, total=False):
     bound_s: float | None
     ratio_to_bound: float | None
     correct: bool
+    step_time_p50_s: float | None
+    step_time_p99_s: float | None
+    compute_share: float | None
+    checkpoint_stall_s: float
+    steps_lost: int
+    goodput_steps_per_s: float | None
+    rollbacks: int
+    checkpoint_time_s: float | None
+    breakdown_s: dict[str, float]
+    job_wall_s: float | None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -202,6 +214,9 @@ class RawArm(TypedDict, total=False):
     # which server each node ran on.
     server_cpu_idle: dict[str, float]
     servers: dict[str, str]
+    # extra["watch_queue"]: one interface's egress backlog over time ({"interface", "samples": [{"t",
+    # "bytes", "packets"}]}).
+    queue_series: dict[str, Any]
     qdisc_before: dict[str, dict[str, int]]
     qdisc_after: dict[str, dict[str, int]]
     faults: list[AppliedFault]

@@ -164,6 +164,7 @@ def drive(
     on_event: Callable[[int, object, float], None] | None = None,
     check: Callable[[float], None] | None = None,
     start: float = 0.0,
+    wake: Callable[[], float | None] | None = None,
     schedulers: Sequence[CreditScheduler] = (),
 ) -> float:
     """Run the loop of any sans-I/O driver over simulated networks until ``done()`` or the virtual
@@ -172,9 +173,10 @@ def drive(
     ``nets`` lists each network with the indices in ``conns`` of its endpoints 0 and 1. Every turn
     hands each connection's events to ``on_event(index, event, now)`` first, so that what it submits
     leaves in the same turn, then sends what is due, calls ``check(now)`` and asks ``done()``; then
-    the clock moves to the next delivery or timer, which are delivered and fired. ``schedulers``: the
-    credit schedulers shared by receiving connections (transport.core.credit), whose timers are fired
-    like the connections' own.
+    the clock moves to the next delivery or timer, which are delivered and fired. ``wake()`` gives the
+    time the application's own clock next needs a turn (a modelled compute's end, say), if ever.
+    ``schedulers``: the credit schedulers shared by receiving connections (transport.core.credit),
+    whose timers are fired like the connections' own.
     """
     # Every connection is driven by the same Pump as over real sockets; its sends go into its network.
     side_of: dict[int, tuple[SimNetwork, int]] = {}
@@ -211,6 +213,8 @@ def drive(
         if done():
             return now
         nxt = earliest(min((t for net in networks if (t := net.next_time()) is not None), default=None), pumps)
+        if wake is not None and (w := wake()) is not None and (nxt is None or w < nxt):
+            nxt = w
         for sched in schedulers:
             t = sched.get_timer()
             if t is not None and (nxt is None or t < nxt):
