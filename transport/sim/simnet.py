@@ -67,6 +67,48 @@ class _Link:
     def is_down(self, now: float) -> bool:
         return any(start <= now < end for start, end in self.spec.down)
 
+    def transmit(self, data: bytes, now: float, rng: random.Random) -> list[tuple[float, bytes]]:
+        """Send ``data`` at ``now``: the (arrival time, datagram) of each copy that gets through."""
+        spec = self.spec
+        st = self.stats
+        st.sent += 1
+        if spec.down and self.is_down(now):
+            st.down_drops += 1
+            return []
+        if spec.loss and rng.random() < spec.loss:
+            st.lost += 1
+            return []
+        copies = 1
+        if spec.duplicate and rng.random() < spec.duplicate:
+            copies = 2
+            st.duplicated += 1
+        out = []
+        for _ in range(copies):
+            deps = self.departures
+            while deps and deps[0] <= now:
+                deps.popleft()
+            if len(deps) >= spec.queue_packets:
+                st.queue_drops += 1
+                continue
+            start = max(now, self.busy_until)
+            self.busy_until = start + (len(data) + WIRE_OVERHEAD) * 8 / spec.rate_bps
+            deps.append(self.busy_until)
+            arrival = self.busy_until + spec.delay
+            if spec.reorder and rng.random() < spec.reorder:
+                arrival += rng.random() * spec.reorder_delay
+                st.reordered += 1
+            payload = data
+            if spec.corrupt and rng.random() < spec.corrupt:
+                b = bytearray(data)
+                if b:
+                    i = rng.randrange(len(b))
+                    b[i] ^= 1 << rng.randrange(8)
+                payload = bytes(b)
+                st.corrupted += 1
+            out.append((arrival, payload))
+            st.delivered += 1
+        return out
+
 
 class SimNetwork:
     """Endpoints 0 (A) and 1 (B) joined by ``paths``; call ``send`` and pop due deliveries."""
@@ -83,45 +125,9 @@ class SimNetwork:
     def send(self, src: int, data: bytes, ev: int, now: float) -> None:
         """Endpoint ``src`` (0 or 1) sends ``data`` on the path its EV maps to."""
         link = self.links[src][ev % len(self.paths)]
-        spec = link.spec
-        st = link.stats
-        st.sent += 1
-        if spec.down and link.is_down(now):
-            st.down_drops += 1
-            return
-        rng = self.rng
-        if spec.loss and rng.random() < spec.loss:
-            st.lost += 1
-            return
-        copies = 1
-        if spec.duplicate and rng.random() < spec.duplicate:
-            copies = 2
-            st.duplicated += 1
-        for _ in range(copies):
-            deps = link.departures
-            while deps and deps[0] <= now:
-                deps.popleft()
-            if len(deps) >= spec.queue_packets:
-                st.queue_drops += 1
-                continue
-            start = max(now, link.busy_until)
-            link.busy_until = start + (len(data) + WIRE_OVERHEAD) * 8 / spec.rate_bps
-            deps.append(link.busy_until)
-            arrival = link.busy_until + spec.delay
-            if spec.reorder and rng.random() < spec.reorder:
-                arrival += rng.random() * spec.reorder_delay
-                st.reordered += 1
-            payload = data
-            if spec.corrupt and rng.random() < spec.corrupt:
-                b = bytearray(data)
-                if b:
-                    i = rng.randrange(len(b))
-                    b[i] ^= 1 << rng.randrange(8)
-                payload = bytes(b)
-                st.corrupted += 1
+        for arrival, payload in link.transmit(data, now, self.rng):
             self._seq += 1
             heapq.heappush(self._heap, (arrival, self._seq, 1 - src, payload))
-            st.delivered += 1
 
     def next_time(self) -> float | None:
         return self._heap[0][0] if self._heap else None

@@ -115,7 +115,49 @@ class RingStep:
         return self.ring.correct
 
 
-COLLECTIVES: dict[str, CollectiveFactory] = {"allreduce": RingStep}
+@dataclass(eq=False)
+class PlanStep:
+    """One step's collective from transport.collective's plans (all-to-all for a mixture-of-experts
+    layer, or a hierarchical all-reduce), checked bit for bit against numpy like the ring."""
+
+    spec: CollectiveSpec
+    rank: int
+    n_ranks: int
+    plan: str = "all-to-all"
+
+    def __post_init__(self) -> None:
+        from transport.collective import collective
+
+        self.coll = collective(self.plan, self.rank, list(range(self.n_ranks)), self.spec.nbytes,
+                               seed=self.spec.seed)
+        self._correct: bool | None = None
+
+    def start(self, now: float) -> Outgoing:
+        return [(m.dst, m.data) for m in self.coll.start(now)]
+
+    def receive(self, src: int, msg: bytes, now: float) -> Outgoing:
+        return [(m.dst, m.data) for m in self.coll.receive(msg, now)]
+
+    def advance(self, now: float) -> Outgoing:
+        return []
+
+    def wake_time(self) -> float | None:
+        return None
+
+    @property
+    def done(self) -> bool:
+        return self.coll.done
+
+    @property
+    def correct(self) -> bool | None:
+        return self.coll.correct if self.coll.done else None
+
+
+def _all_to_all(spec: CollectiveSpec, rank: int, n_ranks: int) -> PlanStep:
+    return PlanStep(spec, rank, n_ranks, "all-to-all")
+
+
+COLLECTIVES: dict[str, CollectiveFactory] = {"allreduce": RingStep, "all-to-all": _all_to_all}
 
 
 def make_collective(spec: CollectiveSpec, rank: int, n_ranks: int) -> StepCollective:
