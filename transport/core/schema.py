@@ -56,6 +56,7 @@ class SenderCounters(TypedDict):
     timeouts: int
     gobackn_rewinds: int
     acks_received: int
+    ecn_ce_echoed: int
     rtt: Percentiles
     message_completion: Percentiles
     loss_recovery: Percentiles
@@ -79,6 +80,9 @@ class ReceiverCounters(TypedDict):
     messages_delivered: int
     bytes_delivered: int
     acks_sent: int
+    ecn_ce_received: int
+    credits_sent: int
+    requests_received: int
     reassembly_bytes: int
     peak_reassembly_bytes: int
     peak_reassembly_messages: int

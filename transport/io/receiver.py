@@ -10,6 +10,14 @@ every datagram on it; docs/transport.md, "Trust model"): at most `max_connection
 most `max_connections_per_source` from one source address, each forgotten once it has been silent for
 `idle_timeout` and owes nothing; addresses are learnt only from datagrams that passed the CRC.
 Connection timers wait in a heap, so a loop turn touches only the connections that are due or active.
+
+Under a controller that reads ECN (`nscc`) the socket also asks for each datagram's TOS byte
+(IP_RECVTOS, read from recvmsg's ancillary data) and tells the connection which arrived CE-marked;
+otherwise it reads with plain recvfrom, which is cheaper.
+
+Under receiver-driven credit (`credit`) every connection draws its credit from one `CreditScheduler`
+(transport.core.credit), since they all share this host's link; the loop fires it by its timer like
+the connections' own and lets the connections it granted to send.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from typing import Any
 from transport.core import wire
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection
+from transport.core.credit import CreditScheduler
 from transport.core.events import Event, MessageReceived
 from transport.core.pump import Pump, linger
 from transport.core.schema import ReceiverConnection, ReceiverMetrics
@@ -43,6 +52,25 @@ _EV_OFFSET = wire.EV_OFFSET
 # Connections examined for expiry in one loop turn at most: forgetting one computes its final record
 # (~20 us), and a burst of them falling due together must not hold up the traffic of the others.
 _EXPIRE_PER_TURN = 64
+_ECN_CE = 0x3  # the CE codepoint in the low two bits of the TOS byte
+_ECN_READERS = ("nscc",)  # controllers that act on CE marks
+
+
+def _recv_with_ce(sock: socket.socket) -> Callable[[int], tuple[Any, ...]]:
+    """A recvfrom for `sock` that returns (data, address) and, for a CE-marked datagram, a third item."""
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    recvmsg = sock.recvmsg
+    space = socket.CMSG_SPACE(1)
+    ip, tos = socket.IPPROTO_IP, socket.IP_TOS
+
+    def recv(size: int) -> tuple[Any, ...]:
+        data, ancillary, _flags, addr = recvmsg(size, space)
+        for level, kind, value in ancillary:
+            if level == ip and kind == tos and value and value[0] & _ECN_CE == _ECN_CE:
+                return data, addr, True
+        return data, addr
+
+    return recv
 
 
 class _Peer:
@@ -131,6 +159,7 @@ class Receiver(EventLoop):
         self._done_at: float | None = None
         self._last_rx = 0.0
         self._magic = struct.pack("!H", wire.MAGIC)
+        self._credit: CreditScheduler | None = None  # made with the first connection that uses credit
 
     @property
     def address(self) -> tuple[str, int]:
@@ -149,7 +178,8 @@ class Receiver(EventLoop):
             if exc.errno == errno.EADDRINUSE:
                 raise EndpointError(f"port {self.port} is in use on {self.bind}; choose another --port") from exc
             raise EndpointError(f"cannot bind {self.bind}:{self.port}: {exc.strerror}; check --bind") from exc
-        self._register(s, partial(self._drain, s.recvfrom))
+        ecn = self.config.cc in _ECN_READERS and family == socket.AF_INET
+        self._register(s, partial(self._drain, _recv_with_ce(s) if ecn else s.recvfrom))
         self.sock = s
 
     def _new_peer(self, data: bytes, cid: int, addr: tuple[Any, ...], now: float) -> _Peer | None:
@@ -178,6 +208,11 @@ class Receiver(EventLoop):
             return None
         conn = Connection(config, cid, seed=cid)
         peer = _Peer(conn, cid, addr, now)
+        if conn.credit_receiver is not None:
+            if self._credit is None:
+                self._credit = CreditScheduler.from_config(config)
+                self._credit.keep_touched = True
+            conn.use_credit_scheduler(self._credit).owner = peer  # type: ignore[union-attr]
         if self.verify:
             peer.seen = set()
         sendto = self.sock.sendto  # type: ignore[union-attr]  # the datagram came in on it
@@ -214,6 +249,8 @@ class Receiver(EventLoop):
 
     def _forget(self, peer: _Peer) -> None:
         del self.peers[peer.key]
+        if peer.conn.credit_receiver is not None:
+            peer.conn.credit_receiver.detach()
         left = self._per_source[peer.host] - 1
         if left:
             self._per_source[peer.host] = left
@@ -238,7 +275,7 @@ class Receiver(EventLoop):
         magic = self._magic
         # An ICMP error for an earlier reply (the sender went away) counts as a read.
         batch, n = read_batch(recvfrom, size)
-        for data, addr in batch:
+        for data, addr, *ce in batch:
             if magic is not None and not data.startswith(magic):
                 self.invalid += 1
                 continue
@@ -257,7 +294,7 @@ class Receiver(EventLoop):
             ports = peer.ports
             port = addr[1]
             ports[port] = ports.get(port, 0) + 1
-            if peer.conn.receive_datagram(data, now):
+            if peer.conn.receive_datagram(data, now, bool(ce)):
                 # Addresses are learnt only from datagrams that parsed and passed the CRC, so
                 # that a garbage packet with a forged source cannot redirect the ACKs.
                 peer.addr = addr
@@ -313,6 +350,14 @@ class Receiver(EventLoop):
             active.add(peer)
         if self._expiry and self._expiry[0][0] <= now:
             self._expire(now)
+        credit = self._credit
+        if credit is not None:
+            for rx in credit.take_touched():
+                active.add(rx.owner)
+            t = credit.get_timer()
+            if t is not None and t <= now:
+                for rx in credit.handle_timer(now):
+                    active.add(rx.owner)
         tie = self._tie
         for peer in active:
             pump = peer.pump
@@ -332,6 +377,10 @@ class Receiver(EventLoop):
             timers[:] = [e for e in timers if e[2].timer == e[0]]
             heapq.heapify(timers)
         wake = timers[0][0] if timers else None
+        if credit is not None:
+            t = credit.get_timer()
+            if t is not None and (wake is None or t < wake):
+                wake = t
         if self._expiry:
             t = self._expiry[0][0]
             if wake is None or t < wake:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection, MessageAcked, MessageReceived
+from transport.core.credit import CreditScheduler
 from transport.core.headers import ETHERNET_HEADER, IP_UDP_HEADERS
 from transport.core.pump import Datagrams, Pump, earliest
 
@@ -170,6 +171,7 @@ def drive(
     check: Callable[[float], None] | None = None,
     start: float = 0.0,
     wake: Callable[[], float | None] | None = None,
+    schedulers: Sequence[CreditScheduler] = (),
 ) -> float:
     """Run the loop of any sans-I/O driver over simulated networks until ``done()`` or the virtual
     clock passes ``time_limit``; returns the time.
@@ -179,6 +181,8 @@ def drive(
     leaves in the same turn, then sends what is due, calls ``check(now)`` and asks ``done()``; then
     the clock moves to the next delivery or timer, which are delivered and fired. ``wake()`` gives the
     time the application's own clock next needs a turn (a modelled compute's end, say), if ever.
+    ``schedulers``: the credit schedulers shared by receiving connections (transport.core.credit),
+    whose timers are fired like the connections' own.
     """
     # Every connection is driven by the same Pump as over real sockets; its sends go into its network.
     side_of: dict[int, tuple[SimNetwork, int]] = {}
@@ -217,6 +221,10 @@ def drive(
         nxt = earliest(min((t for net in networks if (t := net.next_time()) is not None), default=None), pumps)
         if wake is not None and (w := wake()) is not None and (nxt is None or w < nxt):
             nxt = w
+        for sched in schedulers:
+            t = sched.get_timer()
+            if t is not None and (nxt is None or t < nxt):
+                nxt = t
         if nxt is None:
             logger.debug("simulation stalled at %.6f: nothing scheduled", now)
             return now
@@ -229,6 +237,10 @@ def drive(
                 (b if dst else a).receive_datagram(data, now)
         for pump in pumps:
             pump.fire(now)
+        for sched in schedulers:
+            t = sched.get_timer()
+            if t is not None and t <= now:
+                sched.handle_timer(now)
 
 
 def run_transfer(
