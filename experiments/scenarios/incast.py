@@ -21,7 +21,7 @@ RECEIVER = "h1"
 TOPOLOGY = "leaf-spine:spines=2,leaves=3,hosts=3,host_rate=8,fabric_rate=16,mtu=1500"
 FLOW_BYTES = 512 * 1024
 # The controllers compared, each over ECMP (one EV per flow) and spraying.
-CONTROLLERS = ("delay",)
+CONTROLLERS = ("credit", "nscc", "delay")
 
 
 def _arms() -> list[Arm]:
