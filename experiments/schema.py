@@ -123,6 +123,15 @@ class ArmResult(_ArmRequired, total=False):
     loss_method: str | None
     queue_series: dict[str, Any]  # extra["watch_queue"]: {"interface", "t", "packets", "bytes"} from t0
     queue_max_packets: int
+    # incast: the last byte against the ideal (payload bytes, or the frames' bytes, over the receiver's
+    # link), the flows' completion spread, the receiver queue's drops, retransmitted share of packets.
+    incast_completion_s: float | None
+    incast_ideal_s: float | None
+    incast_completion_ratio: float | None
+    incast_wire_ratio: float | None
+    completion_spread: float | None
+    receiver_queue_drops: int | None
+    retransmit_share: float | None
     server_cpu_idle: dict[str, float]  # across servers only: each server's CPU idle over the traffic
     cross_server_links: int  # across servers only: links carried by ssh tunnels
     # What the experiments' analyses add (experiments/scenarios).
