@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "cli.fabric",
     "cli.srd",
     "cli.allreduce",
+    "cli.training_node",
     "cli.experiments",
     "cli.live",
     "cli.labs",
@@ -34,7 +35,8 @@ COMMAND_MODULES = (
 
 # Commands their module alone can serve. Endpoints start once per emulated host and flow; importing
 # every command module (the emulator, the runner, plotting) would add ~0.2 s of CPU to each start.
-SOLE_MODULE = {"srd": "cli.srd", "allreduce": "cli.allreduce", "tcpflow": "cli.tcpflow"}
+SOLE_MODULE = {"srd": "cli.srd", "allreduce": "cli.allreduce", "tcpflow": "cli.tcpflow",
+               "train-node": "cli.training_node"}
 
 DESCRIPTION = ("Emulate AI data-centre fabrics (Mininet + Open vSwitch + an OpenFlow controller) "
                "and measure an SRD-like multipath transport on them.")

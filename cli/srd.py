@@ -1,4 +1,5 @@
-"""`fabriclab srd ...` and `fabriclab bench transport`: run the transport over real UDP, benchmark it.
+"""`fabriclab srd ...`, `fabriclab bench transport` and `fabriclab bench cc`: run the transport over real UDP,
+benchmark it, compare its congestion controllers.
 
 `srd recv` listens for transport connections; `srd send` opens one and runs a workload (bulk bytes,
 a stream of messages open- or closed-loop, or request/response). Both print a summary, or JSON metrics
@@ -54,7 +55,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (EndpointError, ConfigError)
 # The UDP endpoints coalesce ACKs by default although the protocol core ACKs every packet: in a
 # Python process each datagram costs a wake-up and a syscall at both ends, and in the emulator every
 # packet also costs Open vSwitch a wake-up per switch it crosses (`fabriclab bench fidelity`); on slow
-# emulated links one 94-byte ACK per 1442-byte packet would also take 6 % of the reverse link, which
+# emulated links one 100-byte ACK per 1442-byte packet would also take 7 % of the reverse link, which
 # the host's own data shares. The batch is sized to the path's bandwidth-delay product as the
 # congestion control keeps it: the delay controller holds at least 16 packets' worth of queue
 # (target_packets), so a window is about 16-20 packets whatever the rate or MTU, and one ACK per 4
@@ -97,6 +98,22 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--quick", action="store_true", help="smaller runs: under ~15 s instead of ~60 s")
     p.set_defaults(func=_cmd_bench)
 
+    p = bench.add_parser(
+        "cc",
+        help="every registered congestion controller on a simulated fabric: permutation, incast 8:1 and 15:1",
+        description="On the simulated two-leaf fabric (16 hosts, 8 spines, 100 Mb/s links, virtual clock, "
+        "spraying), run for each registered congestion controller ("
+        + CONTROLLERS.choices_text() + ") a permutation and incasts of 8 and 15 senders with sized flows, "
+        "and print goodput / ideal, the incast's last byte / ideal, the spread of flow completion times, the "
+        "receiver's peak queue, drops, retransmissions as %% of packets sent, and the core's CPU per packet.",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--quick", action="store_true", help="smaller flows: about a minute instead of several")
+    p.add_argument("--cc", action="append", choices=CONTROLLERS.names(), metavar="NAME",
+                   help="only this controller (repeatable; default every registered one)")
+    p.add_argument("--seed", type=nonneg_int, default=1, metavar="N", help="simulation seed (default 1)")
+    p.set_defaults(func=_cmd_bench_cc)
+
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("transport")
@@ -118,6 +135,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     t.add_argument("--pacing-packets", type=positive_int, default=ENDPOINT_PACING_PACKETS, metavar="N",
                    help="each wake-up sends what pacing allows within N packet intervals (default "
                    f"{ENDPOINT_PACING_PACKETS}; 1 = the next packet only)")
+    t.add_argument("--link-rate", type=nonneg_float, default=0.0, metavar="MBPS",
+                   help="this host's link rate in Mb/s (default 0 = unknown); with --base-rtt the initial window "
+                   "is one bandwidth-delay product, and under --cc credit the receiver grants at this rate")
+    t.add_argument("--base-rtt", type=nonneg_float, default=0.0, metavar="S",
+                   help="the fabric's unloaded RTT in seconds for a full-size packet (default 0 = unknown)")
     p.add_argument("--ready-file", metavar="FILE",
                    help="create FILE once the sockets are open (lets a runner start traffic only when "
                    "every endpoint is up)")
@@ -159,6 +181,9 @@ def _register_recv(sub: argparse._SubParsersAction) -> None:
                       help="answer every message with an N-byte response (for --request-response)")
     p.add_argument("--verify", action="store_true",
                    help="check that messages from `srd send` arrive intact and once (costs CPU)")
+    p.add_argument("--cc", choices=CONTROLLERS.names(), default=TransportConfig.cc,
+                   help="congestion control of what this end sends back (responses); with credit it also "
+                   f"grants credit to its senders, who must use --cc credit too. {CONTROLLERS.help()}")
     _add_common(p)
     p.set_defaults(func=_cmd_recv)
 
@@ -236,6 +261,7 @@ _OPTION_OF = {
     "mtu": "--mtu", "delivery": "--delivery", "recovery": "--recovery", "path_policy": "--policy",
     "num_evs": "--evs", "cc": "--cc", "window": "--window", "max_window": "--window",
     "ack_delay": "--ack-delay", "ack_batch": "--ack-batch", "pacing_packets": "--pacing-packets",
+    "link_rate_bps": "--link-rate", "base_rtt": "--base-rtt",
 }
 
 
@@ -243,6 +269,7 @@ def _config(args: argparse.Namespace, **extra: Any) -> TransportConfig:
     fields: dict[str, Any] = {
         "delivery": args.delivery, "recovery": args.recovery, "ack_delay": args.ack_delay, "ack_batch": args.ack_batch,
         "pacing_packets": args.pacing_packets, "ack_on_message": True,
+        "link_rate_bps": args.link_rate * 1e6, "base_rtt": args.base_rtt, "cc": args.cc,
     }
     if isinstance(args.mtu, int):
         fields["mtu"] = args.mtu
@@ -424,4 +451,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     result = run_bench(quick=args.quick)
     print(json.dumps(result, indent=2, sort_keys=True))
+    return 0
+
+
+def _cmd_bench_cc(args: argparse.Namespace) -> int:
+    from transport.sim.cc_bench import run_cc_bench, text_report
+
+    result = run_cc_bench(quick=args.quick, controllers=args.cc, seed=args.seed,
+                          progress=lambda msg: print(f"bench cc: {msg}", file=sys.stderr))
+    print(json.dumps(result, indent=2, sort_keys=True) if args.json else text_report(result))
     return 0

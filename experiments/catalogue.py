@@ -31,7 +31,9 @@ SCENARIOS = (
     "experiments.scenarios.failover",
     "experiments.scenarios.in_server",
     "experiments.scenarios.allreduce",
+    "experiments.scenarios.training",
     "experiments.scenarios.incast",
+    "experiments.scenarios.hierarchical",
 )
 
 

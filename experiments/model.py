@@ -76,6 +76,10 @@ class Workload:
     iterations: int = 0
     # pattern "matrix": the flows, each with its own size and start.
     flows: tuple[SizedFlow, ...] = ()
+    # For kind "allreduce": the collective (`fabriclab allreduce --collective`) and, for the
+    # hierarchical all-reduce, the ranks per group (consecutive ranks: a server's GPUs).
+    collective: str = "ring"
+    group: int = 1
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The command line's overrides of an experiment: another fabric, duration, seed, repetitions, or only
-some of its arms. Fault times and an all-reduce's array scale with the duration."""
+some of its arms. Fault times, an all-reduce's array and a training job's steps scale with the duration."""
 
 from __future__ import annotations
 
@@ -21,6 +21,15 @@ def _scaled_collective(w: Workload, scale: float) -> Workload:
     return replace(w, elements=elements)
 
 
+def _scaled_training(extra: dict, scale: float) -> dict:
+    """A training job is sized in steps: a shorter or longer run scales them, keeping one checkpoint."""
+    job = (extra.get("training") or {}).get("job") or {}
+    if "steps" not in job:
+        return extra
+    steps = max(job.get("checkpoint_every") or 1, round(job["steps"] * scale))
+    return {**extra, "training": {**extra["training"], "job": {**job, "steps": steps}}}
+
+
 class ArmNotFound(LookupError):
     """--arms named an arm the experiment does not have."""
 
@@ -40,7 +49,8 @@ def with_overrides(exp: Experiment, topology: str | None = None, duration: float
         scale = duration / exp.duration_s
         exp = replace(exp, arms=[replace(a, faults=tuple(replace(f, at_s=f.at_s * scale) if f.at_s > 0 else f
                                                          for f in a.faults)) for a in exp.arms],
-                      duration_s=duration, workload=_scaled_collective(exp.workload, scale))
+                      duration_s=duration, workload=_scaled_collective(exp.workload, scale),
+                      extra=_scaled_training(exp.extra, scale))
     if topology:
         exp = replace(exp, topology=topology)
     if seed is not None:

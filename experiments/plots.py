@@ -1,5 +1,6 @@
 """PNG plots of a results document (matplotlib, Agg backend): link utilisation heatmaps, completion-time
-CDFs, goodput vs loss, reorder-distance histograms, per-path share and goodput over time.
+CDFs, goodput vs loss, reorder-distance histograms, per-path share, goodput over time, and a training
+job's per-step timeline and step-time CDF.
 
 Each function returns the file names it wrote (relative to the output directory); a plot that has
 no data in this experiment is skipped.
@@ -85,29 +86,35 @@ def utilisation_heatmaps(doc: ResultsDocument, out_dir: Path) -> list[str]:
     return [_save(fig, out_dir, "link_utilisation.png")]
 
 
-def completion_cdfs(doc: ResultsDocument, out_dir: Path) -> list[str]:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    drawn = False
-    for a in _ok(doc):
-        vals = sorted(f["duration_s"] for f in a["flows"] if f.get("duration_s"))
-        if a.get("completion_kind") == "message":
-            vals = sorted(f["message_p50_s"] for f in a["flows"] if f.get("message_p50_s"))
-        if not vals:
-            continue
-        y = np.arange(1, len(vals) + 1) / len(vals)
-        ax.step(vals, y, where="post", label=a["name"])
-        drawn = True
-    if not drawn:
-        plt.close(fig)
+def _cdfs(doc: ResultsDocument, series: dict[str, list[float]], xlabel: str, what: str, out_dir: Path,
+          name: str) -> list[str]:
+    """One step CDF per labelled series of values (none drawn: no file)."""
+    series = {label: sorted(v) for label, v in series.items() if v}
+    if not series:
         return []
-    kind = "flow" if any(a.get("completion_kind") == "flow" for a in _ok(doc)) else "message (per-flow median)"
-    ax.set_xlabel(f"{kind} completion time (s)")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, vals in series.items():
+        ax.step(vals, np.arange(1, len(vals) + 1) / len(vals), where="post", label=label)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("CDF")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(f"{doc['experiment']}: completion times", fontsize=10)
-    return [_save(fig, out_dir, "completion_cdf.png")]
+    ax.set_title(f"{doc['experiment']}: {what}", fontsize=10)
+    return [_save(fig, out_dir, name)]
+
+
+def completion_cdfs(doc: ResultsDocument, out_dir: Path) -> list[str]:
+    series = {}
+    for a in _ok(doc):
+        if a.get("kind") == "training":
+            continue  # a rank's wall time is no completion time: its steps have their own CDF
+        if a.get("completion_kind") == "message":
+            series[a["name"]] = [f["message_p50_s"] for f in a["flows"] if f.get("message_p50_s")]
+        else:
+            series[a["name"]] = [f["duration_s"] for f in a["flows"] if f.get("duration_s")]
+    kind = "flow" if any(a.get("completion_kind") == "flow" for a in _ok(doc)) else "message (per-flow median)"
+    return _cdfs(doc, series, f"{kind} completion time (s)", "completion times", out_dir, "completion_cdf.png")
 
 
 def goodput_vs_loss(doc: ResultsDocument, out_dir: Path) -> list[str]:
@@ -229,8 +236,60 @@ def queue_over_time(doc: ResultsDocument, out_dir: Path) -> list[str]:
     return [_save(fig, out_dir, "queue_over_time.png")]
 
 
+TRAINING_PARTS = (("data_wait_s", "data wait", "tab:orange"), ("compute_s", "compute", "tab:green"),
+                  ("comm_s", "collective", "tab:blue"), ("checkpoint_stall_s", "checkpoint stall", "tab:red"),
+                  ("final_flush_s", "last checkpoint's flush", "salmon"))
+
+
+def _training(doc: ResultsDocument) -> dict[str, dict[str, Any]]:
+    t = (doc.get("analysis") or {}).get("training") or {}
+    return {name: s for name, s in t.items() if s.get("timeline")}
+
+
+def training_timelines(doc: ResultsDocument, out_dir: Path) -> list[str]:
+    """Per arm, the job's step attempts on the time axis, each cut into where its time went (the rest of
+    an attempt that failed or was aborted in grey); attempts rolled back or failed are hatched."""
+    t = _training(doc)
+    if not t:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 1.8 + 0.55 * len(t)))
+    labels = []
+    for row, (name, s) in enumerate(t.items()):
+        steps = s["timeline"]
+        t0 = min(st["start"] for st in steps)
+        for st in steps:
+            x = st["start"] - t0
+            hatch = "//" if st["outcome"] != "done" or st["lost"] else None
+            for key, label, colour in TRAINING_PARTS:
+                w = st.get(key, 0.0)
+                if w > 0:
+                    ax.broken_barh([(x, w)], (row - 0.4, 0.8), facecolors=colour, hatch=hatch, edgecolor="white",
+                                   linewidth=0.3, label=label)
+                    x += w
+            rest = st["start"] - t0 + st["seconds"] - x
+            if rest > 1e-6:
+                ax.broken_barh([(x, rest)], (row - 0.4, 0.8), facecolors="lightgrey", hatch=hatch,
+                               edgecolor="white", linewidth=0.3, label="waiting on another rank")
+        labels.append(f"{name}\n{s.get('steps_lost', 0)} lost")
+    handles, names = ax.get_legend_handles_labels()
+    unique = dict(zip(names, handles, strict=True))
+    ax.legend(unique.values(), unique.keys(), fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.08))
+    ax.set_yticks(range(len(t)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the job started (s); hatched: failed or rolled back")
+    ax.grid(alpha=0.3, axis="x")
+    fig.suptitle(f"{doc['experiment']}: where each step's time went", fontsize=10)
+    return [_save(fig, out_dir, "training_timeline.png")]
+
+
+def step_time_cdfs(doc: ResultsDocument, out_dir: Path) -> list[str]:
+    series = {name: [st["seconds"] - st.get("final_flush_s", 0.0) for st in s["timeline"] if st["outcome"] == "done"]
+              for name, s in _training(doc).items()}
+    return _cdfs(doc, series, "step time (s)", "step times", out_dir, "step_time_cdf.png")
+
+
 PLOTS = (utilisation_heatmaps, completion_cdfs, goodput_vs_loss, reorder_histograms, path_share, goodput_over_time,
-         queue_over_time)
+         queue_over_time, training_timelines, step_time_cdfs)
 
 
 def render_all(doc: ResultsDocument, out_dir: Path) -> list[str]:

@@ -123,6 +123,15 @@ class ArmResult(_ArmRequired, total=False):
     loss_method: str | None
     queue_series: dict[str, Any]  # extra["watch_queue"]: {"interface", "t", "packets", "bytes"} from t0
     queue_max_packets: int
+    # incast: the last byte against the ideal (payload bytes, or the frames' bytes, over the receiver's
+    # link), the flows' completion spread, the receiver queue's drops, retransmitted share of packets.
+    incast_completion_s: float | None
+    incast_ideal_s: float | None
+    incast_completion_ratio: float | None
+    incast_wire_ratio: float | None
+    completion_spread: float | None
+    receiver_queue_drops: int | None
+    retransmit_share: float | None
     server_cpu_idle: dict[str, float]  # across servers only: each server's CPU idle over the traffic
     cross_server_links: int  # across servers only: links carried by ssh tunnels
     # What the experiments' analyses add (experiments/scenarios).
@@ -142,6 +151,16 @@ class ArmResult(_ArmRequired, total=False):
     bound_s: float | None
     ratio_to_bound: float | None
     correct: bool
+    step_time_p50_s: float | None
+    step_time_p99_s: float | None
+    compute_share: float | None
+    checkpoint_stall_s: float
+    steps_lost: int
+    goodput_steps_per_s: float | None
+    rollbacks: int
+    checkpoint_time_s: float | None
+    breakdown_s: dict[str, float]
+    job_wall_s: float | None
 
 
 # --------------------------------------------------------------------------------------------------

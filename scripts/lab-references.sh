@@ -46,4 +46,6 @@ N=4; want "$@" && make_ref labs/04-failover-path-aware -- failover --duration 8 
 N=5; want "$@" && make_ref labs/05-in-server-allreduce -- in-server --duration 3 -- allreduce --duration 10
 N=6; want "$@" && make_ref labs/06-your-path-policy -- hot-link \
     --path-policy labs/06-your-path-policy/solution/my_policy.py:MyPolicy --duration 8
+N=7; want "$@" && make_ref labs/07-network-is-the-computer -- training \
+    --arms ecmp,spray,spray-far-sync,spray-far-async --duration 15
 exit 0

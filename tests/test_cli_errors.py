@@ -30,6 +30,14 @@ CASES = [
     (["probe", "--entropy", "random"], "--entropy"),
     (["probe", "--packets", "lots"], "--packets"),
     (["nonsense"], "nonsense"),
+    (["train-node", "--name", "rank0", "--nodes", "rank0"], "NAME=IP"),
+    (["train-node", "--name", "rank0", "--nodes", "rank0=127.0.0.1:7000,near0=127.0.0.1:7001",
+      "--checkpoint-mode", "sometimes"], "--checkpoint-mode"),
+    (["train-node", "--name", "rank5", "--nodes", "rank0=127.0.0.1:7000,near0=127.0.0.1:7001"], "rank5"),
+    (["train-node", "--name", "rank0", "--nodes", "rank0=127.0.0.1:7000,near0=127.0.0.1:7001",
+      "--checkpoint-host", "far0"], "--checkpoint-host far0"),
+    (["train-node", "--name", "rank0", "--nodes", "rank1=127.0.0.1:7000,rank0=127.0.0.1:7002,near0=127.0.0.1:7001",
+      "--steps", "0"], "--steps"),
 ]
 
 

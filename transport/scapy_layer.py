@@ -53,7 +53,7 @@ def _fields(table: list[tuple[str, str, str]], ptype: int) -> list[Field]:
         elif name == "type":
             out.append(ByteEnumField(name, ptype, PACKET_TYPES))
         elif name == "flags":
-            names = ["RETRANSMIT"] if ptype == wire.TYPE_DATA else ["NAK"]
+            names = ["RETRANSMIT"] if ptype == wire.TYPE_DATA else ["NAK", "CREDIT"]
             out.append(FlagsField(name, 0, 16, names))
         elif name == "frag_count":
             out.append(ShortField(name, 1))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.analysis.framing import Framing, srd_framing
+from experiments.analysis.framing import Framing, srd_framing, topology_base_rtt
+from experiments.analysis.placement import host_rate_mbps
 from experiments.arms import base
 from experiments.endpoints import command_line, sender_args
 from transport.core.headers import datagram_size_for_mtu
@@ -23,14 +24,23 @@ class Srd(base.ArmKind):
         """Receivers first, then every sender held with its sockets open; traffic starts (t0) when all
         are ready, so interpreter start-up and imports stay out of the measured window."""
         arm, w = ctx.arm, ctx.workload
-        common = ["--recovery", arm.recovery, "--delivery", arm.delivery,
-                  "--mtu", str(datagram_size_for_mtu(ctx.topo.mtu))]
+        datagram = datagram_size_for_mtu(ctx.topo.mtu)
+        common = ["--recovery", arm.recovery, "--delivery", arm.delivery, "--mtu", str(datagram),
+                  "--link-rate", f"{host_rate_mbps(ctx.topo):g}"]
+        # Every endpoint is told its fabric's base RTT, so its initial window (and credit's unscheduled
+        # one) is one bandwidth-delay product rather than a fixed 64 packets.
+        framing = srd_framing(datagram, w.message_size)
+        rtt = {i: topology_base_rtt(ctx.topo, f.src, f.dst, framing) for i, f in enumerate(ctx.flows)}
         receivers, ready = [], []
         for dst in sorted({f.dst for f in ctx.flows}):
             ready.append(base.ready_file(ctx, f"recv-{dst}"))
+            base_rtt = max(rtt[i] for i, f in enumerate(ctx.flows) if f.dst == dst)
             cmd = command_line(
                 "srd", "recv", "--bind", ctx.fab.ip(dst), "--port", str(DEFAULT_PORT), "--ready-file", str(ready[-1]),
-                "--json-out", str(ctx.raw_dir / f"recv-{dst}.json"), *common)
+                "--json-out", str(ctx.raw_dir / f"recv-{dst}.json"), *common, "--base-rtt", f"{base_rtt:.6g}")
+            if arm.sender.cc:
+                # The receiving end takes part in credit (it grants), and reads ECN marks for nscc.
+                cmd += ["--cc", arm.sender.cc]
             if w.request_response:
                 cmd += ["--response-size", "64"]
             receivers.append(base.popen(ctx, dst, cmd))
@@ -43,7 +53,8 @@ class Srd(base.ArmKind):
                 "srd", "send", "--to", f"{ctx.fab.ip(f.dst)}:{DEFAULT_PORT}", *sender_args(arm.policy),
                 "--seed", str(ctx.seed * 1000 + i), "--base-port", str(DEFAULT_BASE_PORT + 16 * f.index),
                 "--hold", "--ready-file", str(ready[-1]), "--size", str(w.message_size),
-                "--json-out", str(ctx.raw_dir / f"send-{i}-{f.src}-{f.dst}.json"), *common)
+                "--json-out", str(ctx.raw_dir / f"send-{i}-{f.src}-{f.dst}.json"), *common,
+                "--base-rtt", f"{rtt[i]:.6g}")
             if ctx.bytes_per_flow:
                 # A cap so that a stuck flow cannot hold the run: 3x the time it needs at the host rate.
                 cmd += ["--bytes", str(f.size or ctx.bytes_per_flow), "--duration", f"{3 * ctx.duration + 5:g}"]

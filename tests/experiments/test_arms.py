@@ -16,7 +16,7 @@ from topologies import parse_spec
 
 
 def test_the_package_registers_every_kind_the_catalogue_uses():
-    assert set(arms.names()) == {"srd", "tcp", "allreduce", "ping"}
+    assert set(arms.names()) == {"srd", "tcp", "allreduce", "ping", "training"}
     used = {a.kind for e in catalogue.CATALOGUE.values() for a in e.build().arms}
     assert used == set(arms.names())
     with pytest.raises(KeyError, match="unknown arm kind 'nope'; known kinds: "):
@@ -29,9 +29,9 @@ def test_what_each_kind_promises_the_results():
 
     assert having("point_to_point") == {"srd", "tcp"}
     assert having("reports_reordering") == {"srd", "allreduce"}
-    assert having("flows_required") == {"srd", "tcp", "allreduce"}
+    assert having("flows_required") == {"srd", "tcp", "allreduce", "training"}
     assert {n: arms.get(n).min_wait_s for n in arms.names()} == {"srd": 0.0, "tcp": 0.0, "allreduce": 120.0,
-                                                                 "ping": 0.0}
+                                                                 "ping": 0.0, "training": 120.0}
 
 
 @pytest.mark.parametrize(("arm", "text"), [

@@ -39,7 +39,7 @@ def sentences(doc):
 
 
 def test_every_scenario_module_is_registered_under_its_name():
-    assert len(catalogue.SCENARIOS) == len(catalogue.CATALOGUE) == 8
+    assert len(catalogue.SCENARIOS) == len(catalogue.CATALOGUE) == 10
     for module_name in catalogue.SCENARIOS:
         module = importlib.import_module(module_name)
         entry = catalogue.get(module.NAME)

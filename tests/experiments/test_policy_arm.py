@@ -34,7 +34,7 @@ def test_an_arm_name_already_taken_gets_a_suffix():
     assert with_policy_arm(exp, "/x/p.py:spray").arms[-1].name == "spray-plugin"
 
 
-@pytest.mark.parametrize("name", ["in-server", "allreduce"])
+@pytest.mark.parametrize("name", ["in-server", "allreduce", "training"])
 def test_experiments_without_a_transport_arm_refuse(name):
     with pytest.raises(PolicyArmError, match="no transport arm"):
         with_policy_arm(catalogue.get(name).build(), SPEC)

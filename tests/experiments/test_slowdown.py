@@ -10,7 +10,7 @@ from experiments.analysis.framing import first_packet_bytes, srd_framing, tcp_fr
 from experiments.model import Arm
 from tests.experiments.simulated_endpoints import MESSAGE, sender_record, transfer
 from topologies import parse_spec
-from transport.core.headers import DATA_WIRE_OVERHEAD
+from transport.core.headers import ACK_FRAME, DATA_WIRE_OVERHEAD
 from transport.core.wire import DATA_HEADER_LEN
 from transport.sim.simnet import PathSpec
 
@@ -97,9 +97,9 @@ def test_base_rtt_falls_back_to_the_topology():
     m = _sender_json(200_000, PathSpec(rate_bps=10e6, delay=0.002))
     m["connection"]["state"]["min_rtt"] = None
     f = _arm({"send-0-h1-h2": m}, topo)["flows"][0]
-    # Four links: 1 ms each way, and one 1442-byte packet out and one 94-byte ACK back at 10 Mb/s per hop.
+    # Four links: 1 ms each way, and one 1442-byte packet out and one ACK frame back at 10 Mb/s per hop.
     assert f["base_rtt_source"] == "topology"
-    assert f["base_rtt_s"] == pytest.approx(4 * (0.002 + 8 * (1442 + 94) / 10e6))
+    assert f["base_rtt_s"] == pytest.approx(4 * (0.002 + 8 * (1442 + ACK_FRAME) / 10e6))
 
 
 def test_tcp_flows_use_tcp_framing_and_iperfs_min_rtt():

@@ -16,8 +16,8 @@ LABS = catalogue.all_labs()
 IDS = [lab.slug for lab in LABS]
 
 
-def test_there_are_six_labs_numbered_in_order():
-    assert [lab.number for lab in LABS] == [1, 2, 3, 4, 5, 6]
+def test_there_are_seven_labs_numbered_in_order():
+    assert [lab.number for lab in LABS] == [1, 2, 3, 4, 5, 6, 7]
 
 
 @pytest.mark.parametrize("lab", LABS, ids=IDS)

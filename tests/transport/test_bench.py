@@ -30,3 +30,18 @@ def test_bench_quick_json() -> None:
     assert result["parameters"]["quick"] is True
     assert result["simnet_parameters"]["paths"] == 8
     assert result["loopback_datagrams_received"] > 0
+
+
+def test_bench_cc_reports_every_figure_for_a_controller() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli", "bench", "cc", "--quick", "--json", "--cc", "credit"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)["controllers"]["credit"]
+    assert 0 < row["permutation"]["goodput_vs_ideal_mean"] <= 1.0
+    for n in (8, 15):
+        incast = row[f"incast_{n}"]
+        assert incast["completed"] and incast["completion_vs_ideal"] >= 1.0 and 0 <= incast["fct_spread"] < 1
+        assert incast["drops"] >= 0 and incast["retransmitted_percent"] >= 0 and incast["peak_queue"] > 0
+    assert row["core_us_per_packet"] > 0

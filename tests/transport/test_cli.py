@@ -126,7 +126,7 @@ def test_transport_entry_point_starts_an_endpoint_with_the_transport_alone() -> 
 def test_transport_entry_point_lists_its_commands() -> None:
     proc = subprocess.run(command_line("--help"), cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
-    for cmd in ("srd", "allreduce", "tcpflow"):
+    for cmd in ("srd", "allreduce", "tcpflow", "train-node"):
         assert cmd in proc.stdout
 
 

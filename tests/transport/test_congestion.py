@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from transport.core.config import TransportConfig
-from transport.core.congestion import DelayBased, FixedWindow, make_cc
+from transport.core.congestion import CONTROLLERS, DelayBased, FixedWindow, make_cc
 from transport.core.rtt import RttEstimator
 
 
@@ -117,7 +117,7 @@ def test_spurious_retransmission_undoes_the_loss_decrease() -> None:
     assert cc.window < w / 2 and cc.undone == 1
 
 
-@pytest.mark.parametrize("name", ["delay", "fixed"])
+@pytest.mark.parametrize("name", CONTROLLERS.names())
 def test_a_shared_rtt_estimate_is_read_not_updated_again(name: str) -> None:
     # In a connection loss recovery updates the estimate with a sample before on_ack reports it.
     rtt = RttEstimator()

@@ -173,8 +173,10 @@ def test_duration_bounded_stream_and_stop() -> None:
     assert metrics["messages"] > 0 and metrics["goodput_bps"] > 0
 
 
-def test_two_senders_one_receiver() -> None:
-    config = TransportConfig()
+@pytest.mark.parametrize("cc", ["delay", "credit"])
+def test_two_senders_one_receiver(cc: str) -> None:
+    # Under credit both connections draw on the receiver's one scheduler, fired by its loop.
+    config = TransportConfig(cc=cc, link_rate_bps=200e6, base_rtt=0.001)
     with ReceiverThread(config) as rt:
         results: list[dict[str, Any]] = []
 
@@ -193,6 +195,10 @@ def test_two_senders_one_receiver() -> None:
     ids = {c["connection_id"] for c in rt.metrics["connections"]}
     assert ids == {r["connection_id"] for r in results}
     assert rt.metrics["bytes"] == 600_000
+    if cc == "credit":
+        states = [c["transport"]["state"]["cc"]["credit"] for c in rt.metrics["connections"]]
+        assert all(st["granted"] > config.initial_window for st in states)
+        assert states[0]["scheduler"]["grants"] == states[1]["scheduler"]["grants"] > 0  # one scheduler
 
 
 def test_receiver_ignores_garbage() -> None:
@@ -251,3 +257,25 @@ def test_sigterm_flushes_receiver_metrics(tmp_path: Path) -> None:
     assert metrics["stop_reason"] == "signal SIGTERM"
     assert metrics["bytes"] == 500_000
     assert metrics["connections"][0]["transport"]["receiver"]["messages_delivered"] > 0
+
+
+def test_the_receiver_reads_the_ce_codepoint_of_each_datagram() -> None:
+    import socket
+
+    from transport.io.receiver import _recv_with_ce
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(2.0)
+        recv = _recv_with_ce(rx)
+        for tos, marked in ((0x03, True), (0x02, False), (0x00, False)):  # CE, ECT(0), not ECN-capable
+            tx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+            tx.sendto(b"x", rx.getsockname())
+            data, addr, *ce = recv(64)
+            assert data == b"x" and addr[1] == tx.getsockname()[1]
+            assert bool(ce) is marked, tos
+    finally:
+        rx.close()
+        tx.close()

@@ -12,20 +12,38 @@ from hypothesis import strategies as st
 
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection
-from transport.core.wire import ACK_FIELDS, DATA_FIELDS, MAGIC, VERSION, AckPacket, DataPacket, decode, encode
+from transport.core.wire import (
+    ACK_FIELDS,
+    CTRL_FIELDS,
+    CTRL_TYPES,
+    DATA_FIELDS,
+    MAGIC,
+    VERSION,
+    AckPacket,
+    DataPacket,
+    decode,
+    encode,
+)
 from transport.sim.simnet import PathSpec, SimNetwork, drive
 
 from .conftest import make_pair
 
 
 def _sample_datagrams() -> list[bytes]:
-    """Real DATA and ACK datagrams of a small exchange, as mutation seeds."""
-    p = make_pair(TransportConfig(mtu=300, pacing=False))
-    p.a.send_message(bytes(range(256)) * 4)
-    data = p.drain("a")
-    p.deliver("a", data)
-    acks = p.drain("b")
-    return [d for d, _ in data + acks]
+    """Real DATA, ACK, CREDIT and REQUEST datagrams of small exchanges, as mutation seeds."""
+    out = []
+    for cc in ("delay", "credit"):
+        # Under credit the unscheduled window is 2 packets and the message needs 5: a REQUEST goes out,
+        # and the receiver's credit rides in its ACKs and in CREDIT packets.
+        p = make_pair(TransportConfig(mtu=300, pacing=False, cc=cc, link_rate_bps=1e6, base_rtt=0.001))
+        p.a.send_message(bytes(range(256)) * 4)
+        data = p.drain("a")
+        p.deliver("a", data)
+        p.now += 0.01
+        p.fire_timers()
+        acks = p.drain("b")
+        out += [d for d, _ in data + acks]
+    return out
 
 
 SEEDS = _sample_datagrams()
@@ -35,8 +53,9 @@ def _reseal(raw: bytes) -> bytes:
     """Recompute the CRC so that a mutated header reaches the connection's own checks."""
     if len(raw) < 4:
         return raw
-    is_ack = len(raw) >= 4 and raw[3] == 2
-    hlen = struct.calcsize("!" + "".join(c for _, c, _ in (ACK_FIELDS if is_ack else DATA_FIELDS)))
+    is_ack = raw[3] == 2 or raw[3] in CTRL_TYPES
+    table = ACK_FIELDS if raw[3] == 2 else CTRL_FIELDS if raw[3] in CTRL_TYPES else DATA_FIELDS
+    hlen = struct.calcsize("!" + "".join(c for _, c, _ in table))
     if len(raw) < hlen:
         return raw
     head = raw[: hlen - 4]
@@ -66,10 +85,8 @@ def hostile_datagrams(draw) -> bytes:
     return _reseal(bytes(raw))
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(hostile_datagrams(), min_size=1, max_size=30))
-def test_hostile_datagrams_never_raise(datagrams: list[bytes]) -> None:
-    conn = Connection(TransportConfig(mtu=300), 7, seed=3)
+def _feed(conn: Connection, datagrams: list[bytes]) -> dict:
+    """With a message outstanding, hand `conn` each datagram 1 ms apart, firing its timers; its metrics."""
     conn.send_message(b"outstanding" * 50)
     conn.datagrams_to_send(0.0)
     for i, d in enumerate(datagrams):
@@ -78,12 +95,29 @@ def test_hostile_datagrams_never_raise(datagrams: list[bytes]) -> None:
         t = conn.get_timer()
         if t is not None:
             conn.handle_timer(t)
-    m = conn.metrics()
+    return conn.metrics()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(hostile_datagrams(), min_size=1, max_size=30))
+def test_hostile_datagrams_never_raise(datagrams: list[bytes]) -> None:
+    m = _feed(Connection(TransportConfig(mtu=300), 7, seed=3), datagrams)
     assert m["receiver"]["dropped"].get("internal_error", 0) == 0
     # Everything that was not accepted as data or as an ACK is counted as dropped or duplicate.
     handled = (m["receiver"]["dropped_total"] + m["receiver"]["data_packets"] + m["receiver"]["duplicates"]
                + m["sender"]["acks_received"])
     assert handled == len(datagrams)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(hostile_datagrams(), min_size=1, max_size=30))
+def test_hostile_datagrams_never_raise_under_credit(datagrams: list[bytes]) -> None:
+    # A receiver-driven connection also parses CREDIT and REQUEST and keeps credit state on both sides.
+    m = _feed(Connection(TransportConfig(mtu=300, cc="credit", link_rate_bps=1e6, base_rtt=0.001), 7, seed=3),
+              datagrams)
+    assert m["receiver"]["dropped"].get("internal_error", 0) == 0
+    credit = m["state"]["cc"]["credit"]
+    assert credit["scheduler"]["outstanding"] >= 0 and credit["used"] <= max(credit["granted"], credit["demand"])
 
 
 def _garbage(rng: random.Random, conn_id: int) -> bytes:

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from transport.core.config import TransportConfig
+from transport.core.congestion import CONTROLLERS
 from transport.sim.simnet import PathSpec, run_transfer
 
 prob = st.floats(0.0, 0.3)
@@ -42,12 +43,15 @@ def configs(draw) -> TransportConfig:
         recovery=draw(st.sampled_from(["selective", "gobackn"])),
         path_policy=draw(st.sampled_from(["single", "spray", "adaptive"])),
         num_evs=draw(st.integers(1, 8)),
-        cc=draw(st.sampled_from(["delay", "fixed"])),
+        cc=draw(st.sampled_from(CONTROLLERS.names())),
         window=draw(st.integers(1, 64)),
         ack_delay=draw(st.sampled_from([0.0, 0.0005])),
         max_reassembly_bytes=draw(st.sampled_from([8_000, 30_000, 8 * 2**20])),
         max_reassembly_messages=draw(st.sampled_from([2, 16, 1024])),
         pacing=draw(st.booleans()),
+        # Known or unknown link rate and base RTT: BDP-sized windows, and credit paced or only windowed.
+        link_rate_bps=draw(st.sampled_from([0.0, 20e6, 100e6])),
+        base_rtt=draw(st.sampled_from([0.0, 0.002])),
     )
 
 

@@ -82,19 +82,29 @@ def test_a_registered_controller_is_a_choice_of_every_command(halving: str, comm
 
 
 def test_unregistered_names_are_refused_with_the_registered_ones() -> None:
-    with pytest.raises(ConfigError, match="cc='halving': use one of delay, fixed"):
+    with pytest.raises(ConfigError, match="cc='halving': use one of delay, fixed, credit, nscc"):
         TransportConfig(cc="halving").validate()
-    with pytest.raises(ValueError, match="unknown congestion control 'halving': use delay or fixed"):
+    with pytest.raises(ValueError, match="unknown congestion control 'halving': use delay, fixed, credit or nscc"):
         make_cc("halving", TransportConfig())
     with pytest.raises(ConfigError, match=r"path_policy=.ecmp.: use one of single, spray, adaptive, or FILE\.py"):
         TransportConfig(path_policy="ecmp").validate()
 
 
 def test_the_choices_lists_are_the_registries() -> None:
-    assert CC_ALGORITHMS == CONTROLLERS.names() == ("delay", "fixed")
+    assert CC_ALGORITHMS == CONTROLLERS.names() == ("delay", "fixed", "credit", "nscc")
     assert PATH_POLICIES == POLICIES.names() == ("single", "spray", "adaptive")
 
 
 def test_a_name_registers_once() -> None:
     with pytest.raises(ValueError, match="registered already"):
         register_congestion_control("delay", halving_factory, "again")
+
+
+@pytest.mark.parametrize("command", [["srd", "send", "--to", "127.0.0.1:7471"], ["srd", "recv"],
+                                     ["allreduce", "--rank", "0", "--peers", "127.0.0.1:7000", "--size", "4"],
+                                     ["bench", "cc"]])
+def test_every_built_in_controller_reaches_every_command(command: list[str]) -> None:
+    assert {"delay", "fixed", "credit", "nscc"} <= set(CONTROLLERS.names())
+    for name in CONTROLLERS.names():
+        args = build_parser().parse_args([*command, "--cc", name])
+        assert (args.cc == [name]) if command[0] == "bench" else (args.cc == name)

@@ -75,7 +75,7 @@ def test_crafted_packets_decode() -> None:
     "mutate",
     [
         {"magic": 0xBEEF},
-        {"version": 2},
+        {"version": wire.VERSION - 1},
         {"type": 9},
         {"crc": 0x12345678},
         {"payload_len": 4},

@@ -50,13 +50,21 @@ def ack_packets(draw) -> AckPacket:
     return AckPacket(
         conn_id=draw(u32), cum_psn=draw(u32), sack_base=draw(u32), sack_bitmap=draw(u64), ack_psn=draw(u32),
         echo_ts=draw(u64), ev=draw(u16), rwnd=draw(u32), ack_delay=draw(u32), flags=draw(u16),
+        credit=draw(u32), ecn_ce=draw(u16),
     )
+
+
+@st.composite
+def ctrl_packets(draw) -> wire.CtrlPacket:
+    return wire.CtrlPacket(ptype=draw(st.sampled_from(wire.CTRL_TYPES)), conn_id=draw(u32), limit=draw(u32),
+                           ev=draw(u16), flags=draw(u16))
 
 
 def test_header_sizes_match_field_tables() -> None:
     assert DATA_HEADER_LEN == struct.calcsize("!" + "".join(c for _, c, _ in DATA_FIELDS)) == 42
-    assert ACK_LEN == struct.calcsize("!" + "".join(c for _, c, _ in ACK_FIELDS)) == 52
-    for fields in (DATA_FIELDS, ACK_FIELDS):
+    assert ACK_LEN == struct.calcsize("!" + "".join(c for _, c, _ in ACK_FIELDS)) == 58
+    assert wire.CTRL_LEN == struct.calcsize("!" + "".join(c for _, c, _ in wire.CTRL_FIELDS)) == 20
+    for fields in (DATA_FIELDS, ACK_FIELDS, wire.CTRL_FIELDS):
         names = [n for n, _, _ in fields]
         assert len(names) == len(set(names))
         assert names[0] == "magic" and names[-1] == "crc"
@@ -78,8 +86,25 @@ def test_ack_roundtrip(pkt: AckPacket) -> None:
     assert decode(raw) == pkt
 
 
+@given(ctrl_packets())
+def test_credit_and_request_roundtrip(pkt: wire.CtrlPacket) -> None:
+    raw = encode(pkt)
+    assert len(raw) == wire.CTRL_LEN and raw[3] == pkt.ptype
+    assert decode(raw) == pkt
+
+
+def test_ctrl_of_unknown_type_or_wrong_length_is_rejected() -> None:
+    with pytest.raises(WireError, match="TYPE_CREDIT"):
+        encode(wire.CtrlPacket(ptype=wire.TYPE_ACK, conn_id=1, limit=2))
+    raw = encode(wire.CtrlPacket(ptype=wire.TYPE_CREDIT, conn_id=1, limit=2))
+    with pytest.raises(WireError, match="CREDIT of 21 bytes"):
+        decode(raw + b"\0")
+    with pytest.raises(WireError, match="version"):
+        decode(raw[:2] + bytes([1]) + raw[3:])  # version 1 had no CREDIT
+
+
 @settings(max_examples=50)
-@given(st.one_of(data_packets(), ack_packets()), st.data())
+@given(st.one_of(data_packets(), ack_packets(), ctrl_packets()), st.data())
 def test_any_single_bit_flip_is_detected(pkt: DataPacket | AckPacket, data: st.DataObject) -> None:
     raw = bytearray(encode(pkt))
     bit = data.draw(st.integers(0, len(raw) * 8 - 1))
@@ -89,8 +114,8 @@ def test_any_single_bit_flip_is_detected(pkt: DataPacket | AckPacket, data: st.D
 
 
 @settings(max_examples=50)
-@given(st.one_of(data_packets(), ack_packets()), st.data())
-def test_truncation_is_detected(pkt: DataPacket | AckPacket, data: st.DataObject) -> None:
+@given(st.one_of(data_packets(), ack_packets(), ctrl_packets()), st.data())
+def test_truncation_is_detected(pkt: DataPacket | AckPacket | wire.CtrlPacket, data: st.DataObject) -> None:
     raw = encode(pkt)
     cut = data.draw(st.integers(0, len(raw) - 1))
     with pytest.raises(WireError):
@@ -179,7 +204,7 @@ def test_docs_tables_match_the_field_tables() -> None:
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "transport.md").read_text()
-    for fields in (DATA_FIELDS, ACK_FIELDS):
+    for fields in (DATA_FIELDS, ACK_FIELDS, wire.CTRL_FIELDS):
         for name, code, desc in fields:
             assert f"| `{name}` | {struct.calcsize('!' + code) * 8} | {desc} |" in doc
 

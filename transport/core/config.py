@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from transport.core.congestion import CONTROLLERS
 from transport.core.contract import NUM_EVS
+from transport.core.headers import ETHERNET_HEADER, IP_UDP_HEADERS
 from transport.core.paths import POLICIES, is_plugin
 from transport.core.wire import DATA_HEADER_LEN, MAX_PAYLOAD
 
@@ -16,6 +18,9 @@ RECOVERY_MODES = ("selective", "gobackn")
 # policy registered later is as valid as the built-ins.
 PATH_POLICIES = POLICIES.names()
 CC_ALGORITHMS = CONTROLLERS.names()
+# The initial (and, with credit, unscheduled) window never goes below this many packets: one being
+# serialised while the next waits keeps a link busy across a store-and-forward hop.
+MIN_INITIAL_WINDOW = 2
 
 
 class ConfigError(ValueError):
@@ -29,8 +34,10 @@ class TransportConfig:
     recovery: str = "selective"  # "selective" | "gobackn"
     path_policy: str = "spray"  # a name in transport.core.paths.POLICIES, or "/abs/FILE.py:ClassName" (a plug-in)
     num_evs: int = NUM_EVS
-    cc: str = "delay"  # a name in transport.core.congestion.CONTROLLERS: "delay" (Swift-like) | "fixed"
-    window: int = 64  # packets: the fixed window, and the initial window for "delay"
+    cc: str = "delay"  # a name in transport.core.congestion.CONTROLLERS (see CONTROLLERS.help())
+    # Packets: the fixed window, and the initial window of the other controllers while the link rate or
+    # the base RTT is unknown (see initial_window).
+    window: int = 64
     max_window: int = 1024
     target_delay: float = 0.002  # seconds of queueing delay the delay CC aims for (a floor, see below)
     # ... but at least this many packets' worth at the connection's own rate (srtt / cwnd each), so
@@ -59,6 +66,12 @@ class TransportConfig:
     max_connections: int = 1024
     max_connections_per_source: int = 256
     idle_timeout: float = 60.0
+    # What the connection knows of its fabric (0 = unknown): the rate of its host's link in bits/s and
+    # the fabric's unloaded RTT for a full-size packet. Together they size the initial window to one
+    # bandwidth-delay product (initial_window); credit grants at receiver_rate_bps (0 = link_rate_bps).
+    link_rate_bps: float = 0.0
+    base_rtt: float = 0.0
+    receiver_rate_bps: float = 0.0
     pacing: bool = True
     # Seconds: each wake-up sends what pacing allows within this horizon (and always at least
     # the next packet interval), so a slow connection sends 2+ packets per wake-up, not one.
@@ -71,6 +84,36 @@ class TransportConfig:
     def max_payload(self) -> int:
         """Payload bytes that fit one datagram."""
         return min(self.mtu - DATA_HEADER_LEN, MAX_PAYLOAD)
+
+    @property
+    def wire_packet_bytes(self) -> int:
+        """Bytes a full-size DATA packet takes on a link (Ethernet, IPv4 and UDP headers included)."""
+        return self.mtu + IP_UDP_HEADERS + ETHERNET_HEADER
+
+    @property
+    def bdp_packets(self) -> float | None:
+        """One bandwidth-delay product in full-size packets, link_rate_bps x base_rtt / packet bits;
+        None while either is unknown."""
+        if self.link_rate_bps > 0 and self.base_rtt > 0:
+            return self.link_rate_bps * self.base_rtt / (8 * self.wire_packet_bytes)
+        return None
+
+    @property
+    def initial_window(self) -> int:
+        """Packets a connection may send before its first feedback: one BDP rounded up (bdp_packets),
+        at least MIN_INITIAL_WINDOW and at most max_window, when the link rate and the base RTT are
+        known; ``window`` otherwise. A fixed 64 packets overfilled slow links: at 1 Mb/s with a 9000-byte
+        MTU one BDP is a few packets, and 64 of them queue for seconds."""
+        bdp = self.bdp_packets
+        if bdp is None:
+            return self.window
+        return max(MIN_INITIAL_WINDOW, min(self.max_window, math.ceil(bdp)))
+
+    @property
+    def credit_rate_bps(self) -> float:
+        """The rate at which a receiver grants credit: receiver_rate_bps, else link_rate_bps (0 = no pacing,
+        credit then only bounded by the receiver's window of one BDP)."""
+        return self.receiver_rate_bps if self.receiver_rate_bps > 0 else self.link_rate_bps
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -99,6 +142,10 @@ class TransportConfig:
             raise bad("max_window", "use an integer from 1 to 1048576 packets")
         if not isinstance(self.window, int) or not 1 <= self.window <= self.max_window:
             raise bad("window", f"use an integer from 1 to max_window ({self.max_window})")
+        for name in ("link_rate_bps", "base_rtt", "receiver_rate_bps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise bad(name, "use 0 (unknown) or a positive number")
         if not self.target_delay > 0:
             raise bad("target_delay", "use a positive number of seconds, e.g. 0.002")
         if not 0 <= self.ack_delay <= 1.0:

@@ -21,6 +21,7 @@ from collections import deque
 
 from transport.core.config import TransportConfig
 from transport.core.congestion import Pacer, make_cc
+from transport.core.credit import CreditReceiver, CreditScheduler, CreditSender
 from transport.core.events import Event, MessageAcked, MessageReceived
 from transport.core.metrics import Stats
 from transport.core.paths import PathPolicy
@@ -29,16 +30,21 @@ from transport.core.reassembly import Reassembler
 from transport.core.recovery import LossRecovery, SentPacket
 from transport.core.rtt import RttEstimator
 from transport.core.wire import (
+    FLAG_CREDIT,
     FLAG_NAK,
     FLAG_RETRANSMIT,
     MSG_ID_MASK,
     PSN_MASK,
     TYPE_ACK,
+    TYPE_CREDIT,
     TYPE_DATA,
     TYPE_OFFSET,
+    TYPE_REQUEST,
     WireError,
+    pack_ctrl,
     pack_data,
     parse_ack,
+    parse_ctrl,
     parse_data,
     psn_diff,
     to_timestamp,
@@ -103,6 +109,19 @@ class Connection:
         self._send_span = 4 * config.max_window + self._window_psns
         # Until the peer advertises its window, assume it is configured like us.
         self._peer_limit = min(config.max_window, self._window_psns)
+        self._queued_frags = 0  # fragments queued and not yet sent once
+        self._last_ev = 0  # EV of the latest new DATA packet
+        # Receiver-driven credit (transport.core.credit): both sides of this connection take part, the
+        # receiving side with a private scheduler until its owner attaches a shared one.
+        self._credit_tx: CreditSender | None = None
+        self._credit_rx: CreditReceiver | None = None
+        self._own_scheduler: CreditScheduler | None = None
+        if getattr(self._cc, "receiver_driven", False):
+            self._own_scheduler = CreditScheduler.from_config(config)
+            self._credit_tx = CreditSender(config)
+            self._credit_rx = self._rx.credit = CreditReceiver(config, self._own_scheduler)
+        # A controller that reads ECN (transport.core.congestion.nscc) hears of CE echoes before the ACK.
+        self._on_ecn = getattr(self._cc, "on_ecn", None)
 
     # ------------------------------------------------------------------ API
 
@@ -110,6 +129,26 @@ class Connection:
     def path_policy(self) -> PathPolicy:
         """The policy choosing this connection's EVs (a plug-in's guard has a `fault`)."""
         return self._policy
+
+    @property
+    def credit_receiver(self) -> CreditReceiver | None:
+        """The receiving side's credit state under cc "credit", else None."""
+        return self._credit_rx
+
+    def use_credit_scheduler(self, scheduler: CreditScheduler) -> CreditReceiver | None:
+        """Grant this connection's credit from ``scheduler``, shared with the other connections of one
+        receiving endpoint, whose owner then drives its timer; returns the connection's CreditReceiver
+        (None when the connection does not use credit)."""
+        rx = self._credit_rx
+        if rx is None:
+            return None
+        rx.detach()
+        rx.scheduler = scheduler
+        scheduler.attach(rx)
+        if rx.active:
+            scheduler.changed(rx, self._now)
+        self._own_scheduler = None
+        return rx
 
     @property
     def max_message_size(self) -> int:
@@ -129,11 +168,13 @@ class Connection:
         self._next_msg += 1
         count = max(1, -(-len(data) // self._payload))
         self._send_queue.append(_OutMessage(msg_id, data, count, self._now))
+        self._queued_frags += count
         self.stats.messages_sent += 1
         return msg_id & MSG_ID_MASK
 
-    def receive_datagram(self, data: bytes, now: float) -> bool:
+    def receive_datagram(self, data: bytes, now: float, ecn_ce: bool = False) -> bool:
         """Process one datagram from the peer. Never raises: bad input is counted as dropped.
+        ``ecn_ce``: it arrived with the ECN CE codepoint in its IP header (the driver read the TOS byte).
 
         Returns True when the datagram parsed, passed its CRC and names this connection (whatever
         the protocol then made of it): only such a datagram may teach a driver where the peer is.
@@ -144,7 +185,10 @@ class Connection:
             if ptype == TYPE_DATA:
                 cid, psn, msg_id, idx, count, msg_len, ts, ev, payload, _flags = parse_data(data)
             elif ptype == TYPE_ACK:
-                cid, cum_psn, sack_base, bitmap, ack_psn, echo_ts, _ev, rwnd, ack_delay, flags = parse_ack(data)
+                (cid, cum_psn, sack_base, bitmap, ack_psn, echo_ts, _ev, rwnd, ack_delay, flags, credit,
+                 ce) = parse_ack(data)
+            elif ptype in (TYPE_CREDIT, TYPE_REQUEST):
+                _, cid, limit, _ev, _flags = parse_ctrl(data)
             else:
                 raise WireError(why_malformed(data))
         except WireError as exc:
@@ -160,9 +204,11 @@ class Connection:
             return False
         try:
             if ptype == TYPE_DATA:
-                self._rx.on_data(psn, msg_id, idx, count, msg_len, ts, ev, payload, now)
+                self._rx.on_data(psn, msg_id, idx, count, msg_len, ts, ev, payload, now, ecn_ce)
+            elif ptype == TYPE_ACK:
+                self._on_ack(cum_psn, sack_base, bitmap, ack_psn, echo_ts, ack_delay, rwnd, flags, now, credit, ce)
             else:
-                self._on_ack(cum_psn, sack_base, bitmap, ack_psn, echo_ts, ack_delay, rwnd, flags, now)
+                self._on_ctrl(ptype, limit, now)
         except Exception:
             # Validation happens before any state changes, so this is a bug; keep running.
             self.stats.drop("internal_error")
@@ -173,11 +219,21 @@ class Connection:
         """Everything that may be sent now: ACKs first, then retransmissions, then new data."""
         self._now = now
         out = self._rx.take_acks(now)
+        crx = self._credit_rx
+        if crx is not None and crx.dirty:
+            # Credit granted since the latest ACK was built (an ACK carries the limit of its moment).
+            crx.dirty = False
+            out.append((pack_ctrl(TYPE_CREDIT, 0, crx.ev, self.connection_id,
+                                  (self.initial_psn + crx.granted) & PSN_MASK), crx.ev % self._num_evs))
+            self.stats.credits_sent += 1
         self._pacing_blocked = False
         queue = self._send_queue
         recovery = self._recovery
         lost_queue = recovery.lost_queue
+        ctx = self._credit_tx
         if not (queue or lost_queue):
+            if ctx is not None and ctx.stalled_since is not None:
+                ctx.note_stall(False, now)
             return out
         # Window, pacing rate and timestamp cannot change within one call (only ACKs, losses and
         # timeouts move them), so they are read once.
@@ -207,6 +263,9 @@ class Connection:
         st = self.stats
         per_ev = st.per_ev
         span = self._send_span
+        # New PSNs leave only below the receiver's credit (cc "credit"); without credit, no limit.
+        credit_limit = ctx.limit if ctx is not None else float("inf")
+        ev = self._last_ev
         n_new = 0
         new_bytes = 0
         while True:
@@ -218,6 +277,8 @@ class Connection:
                 if seq - recovery.una >= span or not (seq < self._peer_limit or not n_inflight):
                     # Receive window closed (one packet may probe it when nothing is in flight,
                     # so a lost window update cannot stall the connection).
+                    break
+                if seq >= credit_limit:
                     break
             if n_inflight >= cwnd:
                 break
@@ -255,6 +316,19 @@ class Connection:
         pacer.next_time = next_time
         st.packets_sent += n_new
         st.bytes_sent += new_bytes
+        self._queued_frags -= n_new
+        self._last_ev = ev
+        if ctx is not None:
+            # CreditSender.need_request() and note_stall(), inlined: this runs on every call.
+            demand = recovery.next_seq + self._queued_frags
+            if ctx.request_due or (demand > ctx.reported and demand > ctx.limit):
+                append((pack_ctrl(TYPE_REQUEST, 0, ev, cid, (ipsn + demand) & PSN_MASK), ev))
+                ctx.sent_request(demand)
+            if queue and recovery.next_seq >= ctx.limit and not recovery.inflight:
+                if ctx.stalled_since is None:
+                    ctx.stalled_since = now
+            elif ctx.stalled_since is not None:
+                ctx.stalled_since = None
         return out
 
     def get_timer(self) -> float | None:
@@ -267,6 +341,15 @@ class Connection:
             pt = self._pacer.next_time
             if t is None or pt < t:
                 t = pt
+        ctx = self._credit_tx
+        if ctx is not None:
+            ct = ctx.timer()
+            if ct is not None and (t is None or ct < t):
+                t = ct
+            if self._own_scheduler is not None:
+                ct = self._own_scheduler.get_timer()
+                if ct is not None and (t is None or ct < t):
+                    t = ct
         return t
 
     def handle_timer(self, now: float) -> None:
@@ -275,6 +358,10 @@ class Connection:
         self._recovery.on_timeout(now)
         if self._pacing_blocked and now >= self._pacer.next_time:
             self._pacing_blocked = False  # the driver's next datagrams_to_send() sends
+        if self._credit_tx is not None:
+            self._credit_tx.on_timer(now)
+            if self._own_scheduler is not None:
+                self._own_scheduler.handle_timer(now)
 
     def next_event(self) -> Event | None:
         return self._events.popleft() if self._events else None
@@ -314,6 +401,13 @@ class Connection:
             "cc": self._cc.state(),
             "path_policy": self._policy.state(),
         }
+        if self._credit_tx is not None and self._credit_rx is not None:
+            tx, rx = self._credit_tx, self._credit_rx
+            m["state"]["cc"] = {**m["state"]["cc"], "credit": {
+                "limit": tx.limit, "requests_sent": tx.requests_sent, "credits_received": tx.credits_received,
+                "granted": rx.granted, "demand": rx.demand, "used": rx.used, "written_off": rx.written_off,
+                "scheduler": rx.scheduler.state(),
+            }}
         # A plug-in policy's first fault (transport.core.policy_plugin; its state() may be the one), or None.
         m["path_policy_fault"] = getattr(self._policy, "fault", None)
         return m
@@ -338,9 +432,20 @@ class Connection:
         evs.retransmissions += 1
         return data, ev
 
+    def _on_ctrl(self, ptype: int, limit: int, now: float) -> None:
+        """A CREDIT or REQUEST for this connection whose header decoded and whose CRC matched."""
+        rel = (limit - self.initial_psn) & PSN_MASK
+        if ptype == TYPE_CREDIT and self._credit_tx is not None:
+            self._credit_tx.on_credit(rel, now)
+        elif ptype == TYPE_REQUEST and self._credit_rx is not None:
+            self.stats.requests_received += 1
+            self._credit_rx.on_request(rel, now)
+        else:
+            self.stats.drop("credit_unused")  # the peer runs credit, this end does not
+
     def _on_ack(
         self, cum_psn: int, sack_base: int, sack_bitmap: int, ack_psn: int, echo_ts: int, ack_delay: int, rwnd: int,
-        flags: int, now: float,
+        flags: int, now: float, credit: int = 0, ce: int = 0,
     ) -> None:
         """An ACK for this connection whose header decoded and whose CRC matched."""
         st = self.stats
@@ -360,6 +465,15 @@ class Connection:
                 st.drop("ack_unsent")
                 return
         st.acks_received += 1
+        ctx = self._credit_tx
+        if flags & FLAG_CREDIT and ctx is not None:
+            rel = (credit - self.initial_psn) & PSN_MASK
+            if rel != ctx.limit & PSN_MASK:  # most ACKs repeat the limit the previous one brought
+                ctx.on_credit(rel, now)
+        if ce:
+            st.ecn_ce_echoed += ce
+            if self._on_ecn is not None:
+                self._on_ecn(ce, now)
         # An ACK usually answers the packet just below its cumulative point.
         ack_seq = cum - 1 if (ack_psn + 1) & PSN_MASK == cum_psn else una + psn_diff(ack_psn, ref)
         newly = recovery.on_ack(cum, base, sack_bitmap, ack_seq, echo_ts, ack_delay, flags & FLAG_NAK != 0, now)

@@ -150,6 +150,7 @@ class Stats:
     timeouts: int = 0
     gobackn_rewinds: int = 0
     acks_received: int = 0
+    ecn_ce_echoed: int = 0  # CE marks the peer's ACKs echoed
     rtt: deque[float] = field(default_factory=_samples)
     completion: deque[float] = field(default_factory=_samples)
     recovery: deque[float] = field(default_factory=_samples)
@@ -162,6 +163,9 @@ class Stats:
     messages_delivered: int = 0
     bytes_delivered: int = 0
     acks_sent: int = 0
+    ecn_ce_received: int = 0  # DATA packets that arrived CE-marked
+    credits_sent: int = 0  # CREDIT packets (cc "credit"; ACKs carry credit too)
+    requests_received: int = 0  # REQUEST packets
     reassembly_bytes: int = 0
     peak_reassembly_bytes: int = 0
     peak_reassembly_messages: int = 0
@@ -208,6 +212,7 @@ class Stats:
                 "timeouts": self.timeouts,
                 "gobackn_rewinds": self.gobackn_rewinds,
                 "acks_received": self.acks_received,
+                "ecn_ce_echoed": self.ecn_ce_echoed,
                 "rtt": percentiles(self.rtt),
                 "message_completion": percentiles(self.completion),
                 "loss_recovery": percentiles(self.recovery),
@@ -222,6 +227,9 @@ class Stats:
                 "messages_delivered": self.messages_delivered,
                 "bytes_delivered": self.bytes_delivered,
                 "acks_sent": self.acks_sent,
+                "ecn_ce_received": self.ecn_ce_received,
+                "credits_sent": self.credits_sent,
+                "requests_received": self.requests_received,
                 "reassembly_bytes": self.reassembly_bytes,
                 "peak_reassembly_bytes": self.peak_reassembly_bytes,
                 "peak_reassembly_messages": self.peak_reassembly_messages,

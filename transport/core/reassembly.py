@@ -11,11 +11,15 @@ values as in the sender; only the wire carries them modulo 2^32.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 from transport.core.config import TransportConfig
 from transport.core.events import Event, MessageReceived
 from transport.core.metrics import Stats
-from transport.core.wire import FLAG_NAK, MSG_ID_MASK, PSN_MASK, SACK_BITS, pack_ack, psn_diff
+from transport.core.wire import FLAG_CREDIT, FLAG_NAK, MSG_ID_MASK, PSN_MASK, SACK_BITS, pack_ack, psn_diff
+
+if TYPE_CHECKING:
+    from transport.core.credit import CreditReceiver
 
 _U32 = 0xFFFFFFFF
 # Bytes a slot of a message's fragment table costs (a list entry).
@@ -96,6 +100,9 @@ class Reassembler:
         self._ack_ts = 0
         self._ack_ev = 0
         self._ack_arrival = 0.0
+        self._ce = 0  # CE-marked DATA packets not yet echoed in an ACK
+        # Receiver-driven credit (cc "credit"): told of each accepted packet, its limit rides in every ACK.
+        self.credit: CreditReceiver | None = None
 
     @property
     def owes_ack(self) -> bool:
@@ -136,10 +143,14 @@ class Reassembler:
 
     def on_data(
         self, psn: int, msg_id: int, idx: int, count: int, msg_len: int, ts: int, ev: int, payload: bytes,
-        now: float,
+        now: float, ce: bool = False,
     ) -> None:
-        """One DATA packet whose header decoded and whose CRC matched."""
+        """One DATA packet whose header decoded and whose CRC matched; ``ce``: it arrived CE-marked."""
         st = self.stats
+        if ce:
+            # Echoed by the next ACK, duplicates included: a mark says the path queues, whatever it carried.
+            self._ce += 1
+            st.ecn_ce_received += 1
         plen = len(payload)
         if plen > self._payload:
             st.drop("oversize")
@@ -249,14 +260,17 @@ class Reassembler:
         else:
             ooo[seq] = (idx, count)
         self._last_reasm = r
-        if r.received == count:
+        completed = r.received == count
+        if completed:
             self._last_reasm = None
             del self._reasm[msg]
             self._complete(msg, r, now)
-            if self._ack_on_message:
-                self._queue_ack(seq, ts, ev, now)
-                self._flush_ack(now)
-                return
+        if self.credit is not None:
+            self.credit.on_data(seq, first_seq + count, ev, now)
+        if completed and self._ack_on_message:
+            self._queue_ack(seq, ts, ev, now)
+            self._flush_ack(now)
+            return
         # Inlined _queue_ack() for ACK-per-packet.
         if self._ack_delay <= 0:
             self._out_acks.append(self._build_ack(seq, ts, ev, 0))
@@ -369,6 +383,17 @@ class Reassembler:
                         bitmap |= 1 << i
         rwnd = self.window_psns - (nxt - self._rcv_base)
         ipsn = self.initial_psn
+        credit = 0
+        crx = self.credit
+        if crx is not None:
+            flags |= FLAG_CREDIT
+            credit = (ipsn + crx.granted) & PSN_MASK
+            crx.dirty = False  # this ACK carries the current limit
+        ce = self._ce
+        if ce:
+            self._ce = 0
+            if ce > 0xFFFF:
+                ce = 0xFFFF
         data = pack_ack(
             flags, ev, self.connection_id, (ipsn + nxt) & PSN_MASK, (ipsn + base) & PSN_MASK, bitmap,
             (ipsn + seq) & PSN_MASK, echo_ts,
@@ -376,6 +401,7 @@ class Reassembler:
             # calls per ACK, a measurable share of the receive path.
             delay_us if 0 <= delay_us <= _U32 else (0 if delay_us < 0 else _U32),
             rwnd if 0 <= rwnd <= _U32 else (0 if rwnd < 0 else _U32),
+            credit, ce,
         )
         self.stats.acks_sent += 1
         return data, ev % self._num_evs

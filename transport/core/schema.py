@@ -1,7 +1,7 @@
 """The endpoint metrics other packages read, as one schema: what `fabriclab srd send` / `srd recv`
 write with --json-out (`SenderMetrics`, `ReceiverMetrics`) and what the all-reduce worker writes
-(`AllreduceMetrics`). Each holds the transport's own counters of its connections
-(`ConnectionMetrics`, from `Connection.metrics()`).
+(`AllreduceMetrics`; `CollectiveMetrics` for the other collectives). Each holds the transport's own
+counters of its connections (`ConnectionMetrics`, from `Connection.metrics()`).
 
 The experiments read these files after a run; the types say which keys they may count on.
 `problems()` checks a record against its type (every key present, no other key, each value of its
@@ -56,6 +56,7 @@ class SenderCounters(TypedDict):
     timeouts: int
     gobackn_rewinds: int
     acks_received: int
+    ecn_ce_echoed: int
     rtt: Percentiles
     message_completion: Percentiles
     loss_recovery: Percentiles
@@ -79,6 +80,9 @@ class ReceiverCounters(TypedDict):
     messages_delivered: int
     bytes_delivered: int
     acks_sent: int
+    ecn_ce_received: int
+    credits_sent: int
+    requests_received: int
     reassembly_bytes: int
     peak_reassembly_bytes: int
     peak_reassembly_messages: int
@@ -235,9 +239,9 @@ class RecvSide(_FromPeer, ConnectionMetrics):
     """The connection that receives from the left-hand neighbour."""
 
 
-class AllreduceTransport(TypedDict):
-    send: SendSide
-    recv: RecvSide
+class SocketCounters(TypedDict):
+    """A collective worker's sockets (transport.io.allreduce.RankLoop.socket_fields)."""
+
     datagrams_sent: int
     datagrams_received: int
     send_errors: int
@@ -248,13 +252,25 @@ class AllreduceTransport(TypedDict):
     config: dict[str, Any]
 
 
-class AllreduceMetrics(TypedDict):
-    """`transport.io.allreduce --json-out`: one rank of the ring."""
+class AllreduceTransport(SocketCounters):
+    send: SendSide
+    recv: RecvSide
+
+
+class CollectiveTransport(SocketCounters):
+    """A plan collective's connections: one to each peer it sends to, one from each it receives from."""
+
+    sends: list[SendSide]
+    recvs: list[RecvSide]
+
+
+class RankRunMetrics(TypedDict):
+    """What every collective worker reports of one rank's run."""
 
     rank: int
     peers: list[str]
-    size: int
-    bytes: int
+    size: int  # float32 elements
+    bytes: int  # nccl-tests' size
     iterations: int
     iterations_done: int
     iteration_times_s: list[float]
@@ -276,8 +292,28 @@ class AllreduceMetrics(TypedDict):
     seed: int
     base_port: int
     piece_bytes: int
+
+
+class AllreduceMetrics(RankRunMetrics):
+    """`transport.io.allreduce --json-out`: one rank of the ring."""
+
     ring_stats: dict[str, int]
     transport: AllreduceTransport
+
+
+class CollectiveMetrics(RankRunMetrics):
+    """`fabriclab allreduce --collective NAME --json-out` for any NAME but ring: one rank, reported as
+    nccl-tests does (size in bytes, count, type, redop, algbw, busbw) against the bound."""
+
+    collective: str
+    group: int
+    count: int
+    type: str
+    redop: str
+    bound_levels_s: dict[str, float]
+    local_rate_mbps: float | None
+    collective_stats: dict[str, int]
+    transport: CollectiveTransport
 
 
 # --------------------------------------------------------------------------------------------------

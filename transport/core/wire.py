@@ -1,15 +1,21 @@
 """Wire format of the fabriclab transport: fixed headers packed with ``struct`` in network byte order.
 
-Two packet types share a 12-byte common prefix (magic, version, type, flags, EV, connection id):
+Four packet types share a 12-byte common prefix (magic, version, type, flags, EV, connection id):
 
 * DATA carries one fragment of a message, identified by its packet sequence number (PSN).
 * ACK carries a cumulative PSN, a 64-bit SACK bitmap, the echoed timestamp and EV of the packet
-  that triggered it, and the receive window.
+  that triggered it, the receive window, the receiver's credit (receiver-driven congestion control,
+  transport.core.credit) and how many of the DATA packets it answers arrived CE-marked (ECN).
+* CREDIT (receiver to sender) and REQUEST (sender to receiver) carry one cumulative PSN limit: "you
+  may send PSNs below this" and "I have PSNs below this to send" (transport.core.credit).
+
+Version 2 added the ACK's credit and CE fields and the CREDIT and REQUEST packets; a version-1 packet
+is rejected as any unknown version is.
 
 Every packet ends its header with a CRC32 (``zlib.crc32``) over the rest of the header and the
 payload, so corruption in flight is detected and the packet dropped. The CRC is no MAC: anyone on
 the fabric can compute it, and the transport trusts the fabric (docs/transport.md, "Trust model").
-The field tables (``DATA_FIELDS``, ``ACK_FIELDS``) are the single source from which the structs,
+The field tables (``DATA_FIELDS``, ``ACK_FIELDS``, ``CTRL_FIELDS``) are the single source from which the structs,
 the scapy layer and docs/transport.md are derived.
 """
 
@@ -20,15 +26,18 @@ import zlib
 from dataclasses import dataclass
 
 MAGIC = 0xFAB1
-VERSION = 1
+VERSION = 2
 
 TYPE_DATA = 1
 TYPE_ACK = 2
+TYPE_CREDIT = 3
+TYPE_REQUEST = 4
 
 # DATA flags
 FLAG_RETRANSMIT = 0x0001  # this transmission is a retransmission of the PSN
 # ACK flags
 FLAG_NAK = 0x0001  # go-back-N: the receiver saw a PSN beyond the expected one and discarded it
+FLAG_CREDIT = 0x0002  # the credit field is valid: the receiving side grants credit (cc "credit")
 
 PSN_BITS = 32
 PSN_MASK = (1 << PSN_BITS) - 1
@@ -40,9 +49,10 @@ SACK_BITS = 64
 # (name, struct code, description). The order is the order on the wire; "crc" is always last.
 COMMON_FIELDS: list[tuple[str, str, str]] = [
     ("magic", "H", "0xFAB1: identifies a fabriclab transport packet"),
-    ("version", "B", "wire format version (1)"),
-    ("type", "B", "packet type: 1 = DATA, 2 = ACK"),
-    ("flags", "H", "DATA: bit 0 = retransmission; ACK: bit 0 = NAK (go-back-N sequence error)"),
+    ("version", "B", "wire format version (2)"),
+    ("type", "B", "packet type: 1 = DATA, 2 = ACK, 3 = CREDIT, 4 = REQUEST"),
+    ("flags", "H", "DATA: bit 0 = retransmission; ACK: bit 0 = NAK (go-back-N sequence error), "
+                   "bit 1 = the credit field is valid"),
     ("ev", "H", "entropy value: DATA = the EV it was sent on; ACK = the EV of the packet that triggered it"),
     ("conn_id", "I", "connection id, chosen by the application, the same at both ends"),
 ]
@@ -68,7 +78,16 @@ ACK_FIELDS: list[tuple[str, str, str]] = [
     ("echo_ts", "Q", "timestamp field of the triggering DATA packet, echoed"),
     ("ack_delay", "I", "microseconds the receiver held the ACK before sending it"),
     ("rwnd", "I", "receive window: PSNs beyond cum_psn the sender may have outstanding"),
+    ("credit", "I", "with flag bit 1: the receiver's credit, the PSN below which the sender may send new data"),
+    ("ecn_ce", "H", "DATA packets this ACK answers that arrived with the ECN CE codepoint"),
     ("crc", "I", "CRC32 of the ACK (without this field)"),
+]
+
+CTRL_FIELDS: list[tuple[str, str, str]] = [
+    *COMMON_FIELDS,
+    ("limit", "I", "CREDIT: PSN below which the sender may send new data; REQUEST: PSN below which the "
+                   "sender has data to send (both cumulative, serial-number arithmetic)"),
+    ("crc", "I", "CRC32 of the packet (without this field)"),
 ]
 
 _COMMON = struct.Struct("!" + "".join(code for _, code, _ in COMMON_FIELDS))
@@ -104,20 +123,26 @@ def read_ev(data: bytes) -> int:
 # they are, without the checks parse_data() / parse_ack() make.
 DATA_STRUCT = struct.Struct("!" + "".join(code for _, code, _ in DATA_FIELDS))
 ACK_STRUCT = struct.Struct("!" + "".join(code for _, code, _ in ACK_FIELDS))
+CTRL_STRUCT = struct.Struct("!" + "".join(code for _, code, _ in CTRL_FIELDS))
 # Everything but the trailing CRC, which is appended after being computed over these bytes.
 _pack_data_head = struct.Struct(DATA_STRUCT.format[:-1]).pack
 _pack_ack_head = struct.Struct(ACK_STRUCT.format[:-1]).pack
+_pack_ctrl_head = struct.Struct(CTRL_STRUCT.format[:-1]).pack
 _pack_crc = struct.Struct("!I").pack
 _unpack_data = DATA_STRUCT.unpack_from
 _unpack_ack = ACK_STRUCT.unpack_from
+_unpack_ctrl = CTRL_STRUCT.unpack_from
 _crc32 = zlib.crc32
 
 COMMON_LEN = _COMMON.size
 DATA_HEADER_LEN = DATA_STRUCT.size
 ACK_LEN = ACK_STRUCT.size
+CTRL_LEN = CTRL_STRUCT.size
 MAX_PAYLOAD = 0xFFFF
 _DATA_CRC_AT = DATA_HEADER_LEN - 4
 _ACK_CRC_AT = ACK_LEN - 4
+_CTRL_CRC_AT = CTRL_LEN - 4
+CTRL_TYPES = (TYPE_CREDIT, TYPE_REQUEST)
 
 
 class WireError(ValueError):
@@ -181,6 +206,8 @@ class AckPacket:
     rwnd: int
     ack_delay: int = 0
     flags: int = 0
+    credit: int = 0
+    ecn_ce: int = 0
 
     def sacked(self) -> list[int]:
         """PSNs marked received in the bitmap."""
@@ -193,6 +220,17 @@ class AckPacket:
             bits >>= 1
             i += 1
         return out
+
+
+@dataclass(slots=True)
+class CtrlPacket:
+    """CREDIT or REQUEST: one cumulative PSN limit (see CTRL_FIELDS)."""
+
+    ptype: int
+    conn_id: int
+    limit: int
+    ev: int = 0
+    flags: int = 0
 
 
 # The connection's hot path packs and parses with the four functions below, which build no packet
@@ -213,13 +251,19 @@ def pack_data(
 
 def pack_ack(
     flags: int, ev: int, conn_id: int, cum_psn: int, sack_base: int, sack_bitmap: int, ack_psn: int, echo_ts: int,
-    ack_delay: int, rwnd: int,
+    ack_delay: int, rwnd: int, credit: int = 0, ecn_ce: int = 0,
 ) -> bytes:
     """An ACK datagram; raises struct.error if a field does not fit its width."""
     head = _pack_ack_head(
         MAGIC, VERSION, TYPE_ACK, flags, ev, conn_id, cum_psn, sack_base, sack_bitmap, ack_psn, echo_ts, ack_delay,
-        rwnd,
+        rwnd, credit, ecn_ce,
     )
+    return head + _pack_crc(_crc32(head))
+
+
+def pack_ctrl(ptype: int, flags: int, ev: int, conn_id: int, limit: int) -> bytes:
+    """A CREDIT or REQUEST datagram; raises struct.error if a field does not fit its width."""
+    head = _pack_ctrl_head(MAGIC, VERSION, ptype, flags, ev, conn_id, limit)
     return head + _pack_crc(_crc32(head))
 
 
@@ -244,14 +288,26 @@ def parse_data(data: bytes) -> tuple[int, int, int, int, int, int, int, int, byt
     raise WireError(why_malformed(data))
 
 
-def parse_ack(data: bytes) -> tuple[int, int, int, int, int, int, int, int, int, int]:
+def parse_ack(data: bytes) -> tuple[int, int, int, int, int, int, int, int, int, int, int, int]:
     """The fields of an ACK datagram in AckPacket's order (conn_id, cum_psn, sack_base, sack_bitmap,
-    ack_psn, echo_ts, ev, rwnd, ack_delay, flags), validated; raises WireError naming the problem."""
+    ack_psn, echo_ts, ev, rwnd, ack_delay, flags, credit, ecn_ce), validated; raises WireError naming
+    the problem."""
     if len(data) == ACK_LEN:
-        (magic, version, ptype, flags, ev, cid, cum, base, bitmap, ack_psn, echo, delay, rwnd,
+        (magic, version, ptype, flags, ev, cid, cum, base, bitmap, ack_psn, echo, delay, rwnd, credit, ce,
          crc) = _unpack_ack(data)
         if magic == MAGIC and version == VERSION and ptype == TYPE_ACK and _crc32(data[:_ACK_CRC_AT]) == crc:
-            return cid, cum, base, bitmap, ack_psn, echo, ev, rwnd, delay, flags
+            return cid, cum, base, bitmap, ack_psn, echo, ev, rwnd, delay, flags, credit, ce
+    raise WireError(why_malformed(data))
+
+
+def parse_ctrl(data: bytes) -> tuple[int, int, int, int, int]:
+    """The fields of a CREDIT or REQUEST datagram in CtrlPacket's order (ptype, conn_id, limit, ev,
+    flags), validated; raises WireError naming the problem."""
+    if len(data) == CTRL_LEN:
+        magic, version, ptype, flags, ev, cid, limit, crc = _unpack_ctrl(data)
+        if (magic == MAGIC and version == VERSION and (ptype in (TYPE_CREDIT, TYPE_REQUEST))
+                and _crc32(data[:_CTRL_CRC_AT]) == crc):
+            return ptype, cid, limit, ev, flags
     raise WireError(why_malformed(data))
 
 
@@ -280,10 +336,14 @@ def why_malformed(data: bytes) -> str:
         if len(data) != ACK_LEN:
             return f"ACK of {len(data)} bytes, expected {ACK_LEN}"
         return "CRC mismatch"
+    if ptype in CTRL_TYPES:
+        if len(data) != CTRL_LEN:
+            return f"{'CREDIT' if ptype == TYPE_CREDIT else 'REQUEST'} of {len(data)} bytes, expected {CTRL_LEN}"
+        return "CRC mismatch"
     return f"unknown packet type {ptype}"
 
 
-def encode(pkt: DataPacket | AckPacket) -> bytes:
+def encode(pkt: DataPacket | AckPacket | CtrlPacket) -> bytes:
     """Serialise a packet; raises WireError if a field does not fit its width."""
     try:
         if isinstance(pkt, DataPacket):
@@ -294,18 +354,24 @@ def encode(pkt: DataPacket | AckPacket) -> bytes:
         if isinstance(pkt, AckPacket):
             return pack_ack(
                 pkt.flags, pkt.ev, pkt.conn_id, pkt.cum_psn, pkt.sack_base, pkt.sack_bitmap, pkt.ack_psn,
-                pkt.echo_ts, pkt.ack_delay, pkt.rwnd,
+                pkt.echo_ts, pkt.ack_delay, pkt.rwnd, pkt.credit, pkt.ecn_ce,
             )
+        if isinstance(pkt, CtrlPacket):
+            if pkt.ptype not in CTRL_TYPES:
+                raise WireError(f"CtrlPacket of type {pkt.ptype}: use TYPE_CREDIT or TYPE_REQUEST")
+            return pack_ctrl(pkt.ptype, pkt.flags, pkt.ev, pkt.conn_id, pkt.limit)
     except struct.error as exc:
         raise WireError(f"field out of range: {exc}") from exc
     raise WireError(f"cannot encode {type(pkt).__name__}")
 
 
-def decode(data: bytes) -> DataPacket | AckPacket:
+def decode(data: bytes) -> DataPacket | AckPacket | CtrlPacket:
     """Parse and validate one datagram; raises WireError on anything malformed or corrupted."""
     ptype = data[TYPE_OFFSET] if len(data) > TYPE_OFFSET else 0
     if ptype == TYPE_DATA:
         return DataPacket(*parse_data(data))
     if ptype == TYPE_ACK:
         return AckPacket(*parse_ack(data))
+    if ptype in CTRL_TYPES:
+        return CtrlPacket(*parse_ctrl(data))
     raise WireError(why_malformed(data))

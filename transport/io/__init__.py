@@ -1,2 +1,2 @@
-"""The UDP endpoints around the core: the event loop, the srd sender and receiver, the all-reduce worker,
-their addressing and workloads, and the sized TCP flows of the baseline."""
+"""The UDP endpoints around the core: the event loop, the srd sender and receiver, the all-reduce and
+collective workers, their addressing and workloads, and the sized TCP flows of the baseline."""

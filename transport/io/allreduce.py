@@ -8,6 +8,10 @@ run in the event loop they share (transport/io/eventloop.py) over two sans-I/O `
 After every iteration the result is compared bit for bit with the reference sum computed in the ring's
 own order of float32 additions.
 
+`RankLoop` is what this worker shares with the other collectives' (transport/io/collective.py, chosen
+with ``--collective``): a rank's run from barrier to linger, its timeouts and its results' common keys;
+`WorkerOptions` are both workers' options.
+
 ``transport.sim.ringsim.ring_allreduce_simulated`` runs the same ``RingRank`` for all ranks in one process
 over simulated links with a virtual clock, so tests and experiments get deterministic results fast.
 
@@ -28,6 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from transport.collective.base import RankRun
+from transport.collective.plan import canonical
+from transport.collective.report import bound
 from transport.collective.ring import (
     DEFAULT_PIECE_BYTES,
     DTYPE,
@@ -67,12 +74,11 @@ class AllReduceError(Exception):
 
 def bandwidth_bound(n_ranks: int, nbytes: int, link_rate_mbps: float | None) -> float | None:
     """Lower bound of one ring all-reduce: 2(N-1)/N of the array crosses each rank's link."""
-    if not link_rate_mbps or n_ranks < 2:
-        return None
-    return 2 * (n_ranks - 1) / n_ranks * nbytes * 8 / (link_rate_mbps * 1e6)
+    b = bound("all-reduce", n_ranks, nbytes, link_rate_mbps)
+    return b.total_s if b else None
 
 
-def _summary(times: list[float]) -> dict[str, float | None]:
+def summary(times: list[float]) -> dict[str, float | None]:
     if not times:
         return {"mean_s": None, "min_s": None, "max_s": None}
     return {"mean_s": float(np.mean(times)), "min_s": min(times), "max_s": max(times)}
@@ -97,6 +103,9 @@ class WorkerOptions:
     piece_bytes: int = DEFAULT_PIECE_BYTES
     bind: str | None = None
     linger: float = DEFAULT_LINGER
+    collective: str = "ring"  # ring: the ring worker (UdpRingWorker); else a plan collective (io/collective.py)
+    group: int = 1  # ranks per group (hierarchical)
+    local_rate_mbps: float | None = None  # the group's local links, for the hierarchical bound
 
     @property
     def n_ranks(self) -> int:
@@ -122,6 +131,9 @@ class WorkerOptions:
             raise AllReduceError(f"--timeout {self.timeout}: use a positive number of seconds")
         if self.link_rate_mbps is not None and not self.link_rate_mbps > 0:
             raise AllReduceError(f"--link-rate-mbps {self.link_rate_mbps}: use a positive rate")
+        if self.local_rate_mbps is not None and not self.local_rate_mbps > 0:
+            raise AllReduceError(f"--local-rate-mbps {self.local_rate_mbps}: use a positive rate")
+        self._validate_collective()
         try:
             self.config.validate()
         except ConfigError as exc:
@@ -136,7 +148,226 @@ class WorkerOptions:
             raise AllReduceError(f"--piece-bytes {self.piece_bytes}: use {DTYPE.itemsize}..{max_piece}")
 
 
-class UdpRingWorker(EventLoop):
+    def _validate_collective(self) -> None:
+        try:
+            name = "ring" if self.collective == "ring" else canonical(self.collective)
+        except ValueError as exc:
+            raise AllReduceError(f"--collective: {exc}") from None
+        if self.group < 1:
+            raise AllReduceError(f"--group {self.group}: use at least 1 rank per group")
+        if name != "hierarchical" and (self.group != 1 or self.local_rate_mbps is not None):
+            raise AllReduceError("--group and --local-rate-mbps apply to --collective hierarchical only")
+        if name == "hierarchical" and self.n_ranks % self.group:
+            raise AllReduceError(f"--group {self.group}: the {self.n_ranks} peers do not split into groups of "
+                                 f"{self.group}")
+
+
+def bind_listen(family: int, bind: str, port: int, rank: int) -> socket.socket:
+    """The socket on which rank ``rank`` hears its peers' data, bound to its own address and port."""
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        s.bind((bind, port))
+    except OSError as exc:
+        s.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AllReduceError(f"port {port} of peer {rank} is in use on this host; pick another") from None
+        raise AllReduceError(f"cannot bind {bind}:{port}: {exc.strerror}") from None
+    return s
+
+
+def bind_source(family: int, bind: str, base: int, ev: int, connect: Any = None,
+                unreachable: str = "") -> socket.socket:
+    """The source socket of entropy value ``ev`` (port ``base + ev``), connected to ``connect`` if given."""
+    es = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        es.bind((bind, base + ev))
+        if connect is not None:
+            es.connect(connect)
+    except OSError as exc:
+        es.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AllReduceError(
+                f"source port {base + ev} (base port {base} + EV {ev}) is in use; choose another --base-port"
+            ) from None
+        raise AllReduceError(f"{unreachable or f'cannot bind {bind}:{base + ev}'}: {exc.strerror}") from None
+    return es
+
+
+class RankLoop(EventLoop):
+    """What every collective worker over UDP shares: its `RankRun` (``self.run_state``) driven by the
+    event loop, from the barrier through the iterations to the linger, with its timeouts.
+
+    A subclass opens its sockets, holds its pumps (``self.pumps``), submits a rank's messages
+    (`_submit`), says when everything it sent is acknowledged (`_sends_idle`), computes the reference
+    (`_reference`) and runs its pumps in `_pump_turn`.
+    """
+
+    opts: WorkerOptions
+    run_state: RankRun
+    pumps: list[Pump]
+
+    def _init_run(self, opts: WorkerOptions) -> None:
+        self.opts = opts
+        self.n = opts.n_ranks
+        self.rank = opts.rank
+        self.error: str | None = None
+        self.listen: socket.socket | None = None
+        self.ev_socks: list[socket.socket] = []
+        self._last_progress = 0.0
+        self._last_rx = 0.0
+        self.started_unix: float | None = None
+        self.sent = SendCounters()  # every connection's sends, and refused reads
+        self.counters = {"datagrams_received": 0, "foreign_datagrams": 0, "protocol_errors": 0}
+
+    @property
+    def phase(self) -> Phase:
+        return self.run_state.phase
+
+    @property
+    def iteration_times(self) -> list[float]:
+        return self.run_state.iteration_times
+
+    @property
+    def correct(self) -> bool | None:
+        return self.run_state.correct
+
+    @property
+    def mismatch(self) -> dict | None:
+        return self.run_state.mismatch
+
+    @property
+    def barrier_s(self) -> float | None:
+        return self.run_state.barrier_s
+
+    def open(self) -> None:
+        raise NotImplementedError
+
+    def _submit(self, msgs: list, now: float) -> None:
+        raise NotImplementedError
+
+    def _sends_idle(self) -> bool:
+        raise NotImplementedError
+
+    def _reference(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _pump_turn(self, now: float) -> None:
+        raise NotImplementedError
+
+    def _timeout_message(self) -> str:
+        raise NotImplementedError
+
+    # -- rank events --------------------------------------------------------------------------------
+
+    def _on_message(self, data: bytes, now: float) -> None:
+        try:
+            self._submit(self.run_state.receive(data, now), now)
+        except RingProtocolError as exc:
+            self.counters["protocol_errors"] += 1
+            logger.warning("rank %d: dropped a message%s: %s", self.rank, self._message_source(), exc)
+
+    def _message_source(self) -> str:
+        return ""
+
+    def _advance(self, now: float) -> None:
+        ready = self.run_state.phase is Phase.READY
+        self._submit(self.run_state.advance(now), now)
+        if ready and self.run_state.phase is not Phase.READY:
+            self.started_unix = time.time()
+
+    def _on_recv_event(self, event: Event, now: float) -> None:
+        if isinstance(event, MessageReceived):
+            self._last_progress = now
+            self._on_message(event.data, now)
+
+    def _on_send_event(self, event: Event, now: float) -> None:
+        if isinstance(event, MessageAcked):
+            self._last_progress = now
+
+    # -- loop ---------------------------------------------------------------------------------------
+
+    def _turn(self, now: float) -> float | None:
+        self._pump_turn(now)
+        rs = self.run_state
+        wake = earliest(rs.wake_time(), self.pumps)
+        if rs.phase is Phase.DRAIN:
+            # Stay until our data is acknowledged and the peers have gone quiet, so that a lost
+            # final ACK can still be repeated for them.
+            over, until = linger(now, rs.done_at if rs.done_at is not None else now, self._last_rx,
+                                 self.opts.linger)
+            if self._sends_idle() and over:
+                rs.drained()
+                self.stop("done")
+                return None
+            if wake is None or until < wake:
+                wake = until
+        elif rs.phase is Phase.READY and rs.start_time is not None:
+            self._last_progress = max(self._last_progress, min(now, rs.start_time))
+        if now - self._last_progress > self.opts.timeout:
+            raise AllReduceError(self._timeout_message())
+        limit = self._last_progress + self.opts.timeout + 0.01
+        if wake is None or limit < wake:
+            wake = limit
+        return wake
+
+    def run(self) -> None:
+        """Barrier, iterations, linger; raises AllReduceError on timeouts."""
+        reference = self._reference()
+        if self.n == 1:
+            # One rank: nobody to talk to; iterations only do what the rank does alone.
+            now = time.monotonic()
+            self.started_unix = time.time()
+            self.run_state.start(now, reference)
+            self.run_state.advance(now)
+            return
+        if self.listen is None:
+            self.open()
+        now = self._last_progress = time.monotonic()
+        start_at = None if self.opts.start_at is None else now + self.opts.start_at - time.time()
+        self._submit(self.run_state.start(now, reference, start_at), now)
+        self._run_loop()
+        now = time.monotonic()
+        for pump in self.pumps:
+            pump.flush(now)
+
+    # -- results ------------------------------------------------------------------------------------
+
+    def socket_drops(self) -> int | None:
+        socks = [s for s in (self.listen, *self.ev_socks) if s is not None]
+        try:
+            return socket_drops(socks) if socks and socks[0].fileno() >= 0 else None
+        except OSError:
+            return None
+
+    def run_fields(self) -> dict[str, Any]:
+        """The results' keys about the run itself, the same for every collective."""
+        opts = self.opts
+        return {
+            "correct": bool(self.correct) if self.correct is not None else False,
+            "mismatch": self.mismatch,
+            "error": self.error,
+            "stop_reason": self.stop_reason,
+            "phase": self.phase,
+            "barrier_s": self.barrier_s,
+            "started_unix": self.started_unix,
+            "seed": opts.seed,
+            "base_port": opts.source_base,
+            "piece_bytes": opts.piece_bytes,
+        }
+
+    def socket_fields(self) -> dict[str, Any]:
+        """The transport results' keys about the sockets."""
+        return {
+            "datagrams_sent": self.sent.datagrams_sent,
+            "send_errors": self.sent.send_errors,
+            "refused": self.sent.refused,
+            **self.counters,
+            "socket_drops": self.socket_drops(),
+            "config": self.opts.config.to_dict(),
+        }
+
+
+class UdpRingWorker(RankLoop):
     """Rank ``opts.rank`` of the ring over real sockets: a barrier, the iterations, a short linger.
 
     The rank's logic is a `RingRank` (transport/collective/ring.py), the same as in the simulation; this class
@@ -149,52 +380,23 @@ class UdpRingWorker(EventLoop):
     def __init__(self, opts: WorkerOptions) -> None:
         opts.validate()
         super().__init__(opts.config)
-        self.opts = opts
+        self._init_run(opts)
         n, r = opts.n_ranks, opts.rank
-        self.n = n
-        self.rank = r
         self.left = opts.peers[(r - 1) % n]
         self.right = opts.peers[(r + 1) % n]
         self.send_conn, self.recv_conn = rank_connections(opts.config, n, r, opts.seed)
         self._recv_cid = self.recv_conn.connection_id
         self.data = make_input(opts.seed, r, opts.size)
         self.worker = RingWorker(r, n, self.data, opts.iterations, max(1, opts.piece_bytes // DTYPE.itemsize))
-        self.ring = RingRank(self.worker)
-        self.error: str | None = None
-        self.listen: socket.socket | None = None
-        self.ev_socks: list[socket.socket] = []
+        self.ring = self.run_state = RingRank(self.worker)
         self._evaddr: dict[int, Any] = {}
         self._left_addr: Any = None
-        self._last_progress = 0.0
-        self._last_rx = 0.0
-        self.started_unix: float | None = None
-        self.sent = SendCounters()  # both connections' sends, and refused reads
-        self.counters = {"datagrams_received": 0, "foreign_datagrams": 0, "protocol_errors": 0}
         # Data to the right neighbour over the EV sockets, ACKs to the left one (set up in open()).
         self.send_pump = Pump(self.send_conn, self._send_data, self._on_send_event)
         self.recv_pump = Pump(self.recv_conn, self._send_acks, self._on_recv_event)
+        self.pumps = [self.send_pump, self.recv_pump]
         self._data_sender: SocketSender | None = None
         self._ack_sender: SocketSender | None = None
-
-    @property
-    def phase(self) -> Phase:
-        return self.ring.phase
-
-    @property
-    def iteration_times(self) -> list[float]:
-        return self.ring.iteration_times
-
-    @property
-    def correct(self) -> bool | None:
-        return self.ring.correct
-
-    @property
-    def mismatch(self) -> dict | None:
-        return self.ring.mismatch
-
-    @property
-    def barrier_s(self) -> float | None:
-        return self.ring.barrier_s
 
     # -- sockets ----------------------------------------------------------------------------------------
 
@@ -204,15 +406,7 @@ class UdpRingWorker(EventLoop):
         lfamily, _ = resolve(host, port)
         rfamily, rdest = resolve(*self.right)
         # Listen on this rank's own address from --peers, not on every interface of the machine.
-        bind = opts.bind or host
-        s = socket.socket(lfamily, socket.SOCK_DGRAM)
-        try:
-            s.bind((bind, port))
-        except OSError as exc:
-            s.close()
-            if exc.errno == errno.EADDRINUSE:
-                raise AllReduceError(f"port {port} of peer {self.rank} is in use on this host; pick another") from None
-            raise AllReduceError(f"cannot bind {bind}:{port}: {exc.strerror}") from None
+        s = bind_listen(lfamily, opts.bind or host, port, self.rank)
         self._register(s, self._drain_listen)
         self.listen = s
         sendto = s.sendto
@@ -224,18 +418,8 @@ class UdpRingWorker(EventLoop):
         sbind = opts.bind or ("::" if rfamily == socket.AF_INET6 else "0.0.0.0")
         base = opts.source_base
         for ev in range(opts.config.num_evs):
-            es = socket.socket(rfamily, socket.SOCK_DGRAM)
-            try:
-                es.bind((sbind, base + ev))
-                es.connect(rdest)
-            except OSError as exc:
-                es.close()
-                if exc.errno == errno.EADDRINUSE:
-                    raise AllReduceError(
-                        f"source port {base + ev} (base port {base} + EV {ev}) is in use; choose another --base-port"
-                    ) from None
-                raise AllReduceError(f"cannot reach right neighbour {self.right[0]}:{self.right[1]}: "
-                                     f"{exc.strerror}") from None
+            es = bind_source(rfamily, sbind, base, ev, rdest,
+                             f"cannot reach right neighbour {self.right[0]}:{self.right[1]}")
             self._register(es, partial(self._drain_ev, es.recv))
             self.ev_socks.append(es)
         sends = [es.send for es in self.ev_socks]
@@ -248,18 +432,14 @@ class UdpRingWorker(EventLoop):
         for m in msgs:
             send(m, now)
 
-    def _on_message(self, data: bytes, now: float) -> None:
-        try:
-            self._submit(self.ring.receive(data, now), now)
-        except RingProtocolError as exc:
-            self.counters["protocol_errors"] += 1
-            logger.warning("rank %d: dropped a message from %s:%d: %s", self.rank, *self.left, exc)
+    def _message_source(self) -> str:
+        return f" from {self.left[0]}:{self.left[1]}"
 
-    def _advance(self, now: float) -> None:
-        ready = self.ring.phase is Phase.READY
-        self._submit(self.ring.advance(now), now)
-        if ready and self.ring.phase is not Phase.READY:
-            self.started_unix = time.time()
+    def _sends_idle(self) -> bool:
+        return self.send_conn.idle
+
+    def _reference(self) -> np.ndarray:
+        return reference_from_seed(self.n, self.opts.size, self.opts.seed)
 
     # -- loop -------------------------------------------------------------------------------------------
 
@@ -310,16 +490,7 @@ class UdpRingWorker(EventLoop):
         if self._ack_sender is not None and self._left_addr is not None:
             self._ack_sender(out, now)
 
-    def _on_recv_event(self, event: Event, now: float) -> None:
-        if isinstance(event, MessageReceived):
-            self._last_progress = now
-            self._on_message(event.data, now)
-
-    def _on_send_event(self, event: Event, now: float) -> None:
-        if isinstance(event, MessageAcked):
-            self._last_progress = now
-
-    def _turn(self, now: float) -> float | None:
+    def _pump_turn(self, now: float) -> None:
         sp, rp = self.send_pump, self.recv_pump
         sp.fire(now)
         rp.fire(now)
@@ -330,27 +501,6 @@ class UdpRingWorker(EventLoop):
         self._advance(time.monotonic())
         sp.flush(now)
         rp.flush(now)
-        ring = self.ring
-        wake = earliest(ring.wake_time(), (sp, rp))
-        if ring.phase is Phase.DRAIN:
-            # Stay until our data is acknowledged and the left neighbour has gone quiet, so that a
-            # lost final ACK can still be repeated for it.
-            over, until = linger(now, ring.done_at if ring.done_at is not None else now, self._last_rx,
-                                 self.opts.linger)
-            if self.send_conn.idle and over:
-                ring.drained()
-                self.stop("done")
-                return None
-            if wake is None or until < wake:
-                wake = until
-        elif ring.phase is Phase.READY and ring.start_time is not None:
-            self._last_progress = max(self._last_progress, min(now, ring.start_time))
-        if now - self._last_progress > self.opts.timeout:
-            raise AllReduceError(self._timeout_message())
-        limit = self._last_progress + self.opts.timeout + 0.01
-        if wake is None or limit < wake:
-            wake = limit
-        return wake
 
     def _timeout_message(self) -> str:
         t = self.opts.timeout
@@ -366,39 +516,14 @@ class UdpRingWorker(EventLoop):
         return (f"rank {self.rank}: iteration {self.worker.iteration + 1} stalled for {t:g} s with {got}/{want} "
                 f"pieces from left {left}; is every rank still running?")
 
-    def run(self) -> None:
-        """Barrier, iterations, linger; raises AllReduceError on timeouts."""
-        reference = reference_from_seed(self.n, self.opts.size, self.opts.seed)
-        if self.n == 1:
-            # One rank: the ring is empty; iterations only copy the input.
-            now = time.monotonic()
-            self.started_unix = time.time()
-            self.ring.start(now, reference)
-            self.ring.advance(now)
-            return
-        if self.listen is None:
-            self.open()
-        now = self._last_progress = time.monotonic()
-        start_at = None if self.opts.start_at is None else now + self.opts.start_at - time.time()
-        self._submit(self.ring.start(now, reference, start_at), now)
-        self._run_loop()
-        now = time.monotonic()
-        self.send_pump.flush(now)
-        self.recv_pump.flush(now)
-
     # -- results ----------------------------------------------------------------------------------------
 
     def results(self) -> AllreduceMetrics:
         opts = self.opts
         nbytes = opts.size * DTYPE.itemsize
         bound = bandwidth_bound(self.n, nbytes, opts.link_rate_mbps)
-        summary = _summary(self.iteration_times)
-        mean = summary["mean_s"]
-        socks = [s for s in (self.listen, *self.ev_socks) if s is not None]
-        try:
-            drops = socket_drops(socks) if socks and socks[0].fileno() >= 0 else None
-        except OSError:
-            drops = None
+        times = summary(self.iteration_times)
+        mean = times["mean_s"]
         return {
             "rank": self.rank,
             "peers": [f"{h}:{p}" for h, p in opts.peers],
@@ -408,32 +533,18 @@ class UdpRingWorker(EventLoop):
             "iterations_done": len(self.iteration_times),
             "iteration_times_s": self.iteration_times,
             "mean_s": mean,
-            "min_s": summary["min_s"],
-            "max_s": summary["max_s"],
+            "min_s": times["min_s"],
+            "max_s": times["max_s"],
             "bound_s": bound,
             "link_rate_mbps": opts.link_rate_mbps,
             "ratio_to_bound": (mean / bound) if (mean is not None and bound) else None,
             "algbw_gbps": (nbytes * 8 / mean / 1e9) if mean else None,
             "busbw_gbps": (2 * (self.n - 1) / self.n * nbytes * 8 / mean / 1e9) if mean and self.n > 1 else None,
-            "correct": bool(self.correct) if self.correct is not None else False,
-            "mismatch": self.mismatch,
-            "error": self.error,
-            "stop_reason": self.stop_reason,
-            "phase": self.phase,
-            "barrier_s": self.barrier_s,
-            "started_unix": self.started_unix,
-            "seed": opts.seed,
-            "base_port": opts.source_base,
-            "piece_bytes": opts.piece_bytes,
+            **self.run_fields(),  # type: ignore[typeddict-item]
             "ring_stats": {"duplicates": self.worker.duplicates, "stale": self.worker.stale},
             "transport": {
                 "send": {"to": f"{self.right[0]}:{self.right[1]}", **self.send_conn.metrics()},
                 "recv": {"from": f"{self.left[0]}:{self.left[1]}", **self.recv_conn.metrics()},
-                "datagrams_sent": self.sent.datagrams_sent,
-                "send_errors": self.sent.send_errors,
-                "refused": self.sent.refused,
-                **self.counters,
-                "socket_drops": drops,
-                "config": opts.config.to_dict(),
+                **self.socket_fields(),  # type: ignore[typeddict-item]
             },
         }

@@ -11,12 +11,23 @@ most `max_connections_per_source` from one source address, each forgotten once i
 `idle_timeout` and owes nothing; addresses are learnt only from datagrams that passed the CRC.
 Connection timers wait in a heap, so a loop turn touches only the connections that are due or active.
 
+Under a controller that reads ECN (`nscc`) the socket also asks for each datagram's TOS byte
+(IP_RECVTOS, read from recvmsg's ancillary data) and tells the connection which arrived CE-marked;
+otherwise it reads with plain recvfrom, which is cheaper.
+
+Under receiver-driven credit (`credit`) every connection draws its credit from one `CreditScheduler`
+(transport.core.credit), since they all share this host's link; the loop fires it by its timer like
+the connections' own and lets the connections it granted to send.
+
 At the paced rates of an emulated fabric the receiver's CPU goes on wake-ups. Its one socket is read
 to EAGAIN on each (no re-poll), and while the one connection it serves holds a coalesced ACK, it does
 not wake for each further packet the ACK will answer: it sleeps until the ACK is due (its deadline,
 or the time the batch should fill at the rate packets have been arriving) and reads them all then.
 The first packet of each batch is still read as it arrives, so the ACK's RTT echo and reported hold
-are exact; the ACK's content is what it would have been.
+are exact; the ACK's content is what it would have been. With the kernel's arrival times
+(SO_TIMESTAMPNS, asked for with coalesced ACKs unless the socket reads TOS bytes for ECN) it also
+sleeps between batches while a message streams in. Under credit, whose grants are clocked by
+arrivals, it reads as packets arrive.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from typing import Any
 from transport.core import wire
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection
+from transport.core.credit import CreditScheduler
 from transport.core.events import Event, MessageReceived
 from transport.core.pump import Pump, linger
 from transport.core.schema import ReceiverConnection, ReceiverMetrics
@@ -64,6 +76,25 @@ _EXPIRE_PER_TURN = 64
 _GAP_GAIN = 0.125
 # Reads further apart than this are separate bursts, not one flow's spacing.
 _GAP_MAX = 0.5
+_ECN_CE = 0x3  # the CE codepoint in the low two bits of the TOS byte
+_ECN_READERS = ("nscc",)  # controllers that act on CE marks
+
+
+def _recv_with_ce(sock: socket.socket) -> Callable[[int], tuple[Any, ...]]:
+    """A recvfrom for `sock` that returns (data, address) and, for a CE-marked datagram, a third item."""
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    recvmsg = sock.recvmsg
+    space = socket.CMSG_SPACE(1)
+    ip, tos = socket.IPPROTO_IP, socket.IP_TOS
+
+    def recv(size: int) -> tuple[Any, ...]:
+        data, ancillary, _flags, addr = recvmsg(size, space)
+        for level, kind, value in ancillary:
+            if level == ip and kind == tos and value and value[0] & _ECN_CE == _ECN_CE:
+                return data, addr, True
+        return data, addr
+
+    return recv
 
 
 class _Peer:
@@ -156,6 +187,7 @@ class Receiver(EventLoop):
         self._last_arrival = 0.0
         self.repoll = False  # its reader drains the one socket to EAGAIN
         self._magic = struct.pack("!H", wire.MAGIC)
+        self._credit: CreditScheduler | None = None  # made with the first connection that uses credit
 
     @property
     def address(self) -> tuple[str, int]:
@@ -174,10 +206,15 @@ class Receiver(EventLoop):
             if exc.errno == errno.EADDRINUSE:
                 raise EndpointError(f"port {self.port} is in use on {self.bind}; choose another --port") from exc
             raise EndpointError(f"cannot bind {self.bind}:{self.port}: {exc.strerror}; check --bind") from exc
+        ecn = self.config.cc in _ECN_READERS and family == socket.AF_INET
         # With coalesced ACKs the loop reads late on purpose (see _defer), so it asks the kernel when
-        # each datagram arrived: the core is handed that, not the read time.
-        self._stamped = self.config.ack_delay > 0 and stamp_arrivals(s)
-        reader = partial(self._drain_stamped, s.recvmsg) if self._stamped else partial(self._drain, s.recvfrom)
+        # each datagram arrived: the core is handed that, not the read time. (A socket that reads
+        # TOS bytes for ECN reads on arrival between ACK batches instead.)
+        self._stamped = not ecn and self.config.ack_delay > 0 and stamp_arrivals(s)
+        if self._stamped:
+            reader = partial(self._drain_stamped, s.recvmsg)
+        else:
+            reader = partial(self._drain, _recv_with_ce(s) if ecn else s.recvfrom)
         self._register(s, reader)
         self.sock = s
 
@@ -207,6 +244,11 @@ class Receiver(EventLoop):
             return None
         conn = Connection(config, cid, seed=cid)
         peer = _Peer(conn, cid, addr, now)
+        if conn.credit_receiver is not None:
+            if self._credit is None:
+                self._credit = CreditScheduler.from_config(config)
+                self._credit.keep_touched = True
+            conn.use_credit_scheduler(self._credit).owner = peer  # type: ignore[union-attr]
         if self.verify:
             peer.seen = set()
         sendto = self.sock.sendto  # type: ignore[union-attr]  # the datagram came in on it
@@ -243,6 +285,8 @@ class Receiver(EventLoop):
 
     def _forget(self, peer: _Peer) -> None:
         del self.peers[peer.key]
+        if peer.conn.credit_receiver is not None:
+            peer.conn.credit_receiver.detach()
         left = self._per_source[peer.host] - 1
         if left:
             self._per_source[peer.host] = left
@@ -293,7 +337,7 @@ class Receiver(EventLoop):
         if self.first_packet is None:
             self.first_packet = now
 
-    def _take(self, batch: list[tuple[bytes, Any]], times: list[float] | None, now: float) -> None:
+    def _take(self, batch: list[tuple[Any, ...]], times: list[float] | None, now: float) -> None:
         """Hand each datagram to its connection (opening one for a new sender's first DATA), at the
         time it arrived (`times`) or at `now`."""
         peers = self.peers
@@ -301,7 +345,8 @@ class Receiver(EventLoop):
         active = self._active
         magic = self._magic
         t = now
-        for i, (data, addr) in enumerate(batch):
+        # A reader for ECN adds a third item to a CE-marked datagram's pair.
+        for i, (data, addr, *ce) in enumerate(batch):
             if times is not None:
                 t = times[i]
             if magic is not None and not data.startswith(magic):
@@ -322,7 +367,7 @@ class Receiver(EventLoop):
             ports = peer.ports
             port = addr[1]
             ports[port] = ports.get(port, 0) + 1
-            if peer.conn.receive_datagram(data, t):
+            if peer.conn.receive_datagram(data, t, bool(ce)):
                 # Addresses are learnt only from datagrams that parsed and passed the CRC, so
                 # that a garbage packet with a forged source cannot redirect the ACKs.
                 peer.addr = addr
@@ -372,6 +417,14 @@ class Receiver(EventLoop):
             active.add(peer)
         if self._expiry and self._expiry[0][0] <= now:
             self._expire(now)
+        credit = self._credit
+        if credit is not None:
+            for rx in credit.take_touched():
+                active.add(rx.owner)
+            t = credit.get_timer()
+            if t is not None and t <= now:
+                for rx in credit.handle_timer(now):
+                    active.add(rx.owner)
         tie = self._tie
         for peer in active:
             pump = peer.pump
@@ -391,6 +444,10 @@ class Receiver(EventLoop):
             timers[:] = [e for e in timers if e[2].timer == e[0]]
             heapq.heapify(timers)
         wake = timers[0][0] if timers else None
+        if credit is not None:
+            t = credit.get_timer()
+            if t is not None and (wake is None or t < wake):
+                wake = t
         if self._expiry:
             t = self._expiry[0][0]
             if wake is None or t < wake:
@@ -405,7 +462,7 @@ class Receiver(EventLoop):
                 return None
             if wake is None or until < wake:
                 wake = until
-        if len(self.peers) == 1:
+        if len(self.peers) == 1 and self._credit is None:  # credit grants are clocked by arrivals
             wake = self._defer(now, wake)
         return wake
 

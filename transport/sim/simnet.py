@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection, MessageAcked, MessageReceived
+from transport.core.credit import CreditScheduler
 from transport.core.headers import ETHERNET_HEADER, IP_UDP_HEADERS
 from transport.core.pump import Datagrams, Pump, earliest
 
@@ -66,6 +67,48 @@ class _Link:
     def is_down(self, now: float) -> bool:
         return any(start <= now < end for start, end in self.spec.down)
 
+    def transmit(self, data: bytes, now: float, rng: random.Random) -> list[tuple[float, bytes]]:
+        """Send ``data`` at ``now``: the (arrival time, datagram) of each copy that gets through."""
+        spec = self.spec
+        st = self.stats
+        st.sent += 1
+        if spec.down and self.is_down(now):
+            st.down_drops += 1
+            return []
+        if spec.loss and rng.random() < spec.loss:
+            st.lost += 1
+            return []
+        copies = 1
+        if spec.duplicate and rng.random() < spec.duplicate:
+            copies = 2
+            st.duplicated += 1
+        out = []
+        for _ in range(copies):
+            deps = self.departures
+            while deps and deps[0] <= now:
+                deps.popleft()
+            if len(deps) >= spec.queue_packets:
+                st.queue_drops += 1
+                continue
+            start = max(now, self.busy_until)
+            self.busy_until = start + (len(data) + WIRE_OVERHEAD) * 8 / spec.rate_bps
+            deps.append(self.busy_until)
+            arrival = self.busy_until + spec.delay
+            if spec.reorder and rng.random() < spec.reorder:
+                arrival += rng.random() * spec.reorder_delay
+                st.reordered += 1
+            payload = data
+            if spec.corrupt and rng.random() < spec.corrupt:
+                b = bytearray(data)
+                if b:
+                    i = rng.randrange(len(b))
+                    b[i] ^= 1 << rng.randrange(8)
+                payload = bytes(b)
+                st.corrupted += 1
+            out.append((arrival, payload))
+            st.delivered += 1
+        return out
+
 
 class SimNetwork:
     """Endpoints 0 (A) and 1 (B) joined by ``paths``; call ``send`` and pop due deliveries."""
@@ -82,45 +125,9 @@ class SimNetwork:
     def send(self, src: int, data: bytes, ev: int, now: float) -> None:
         """Endpoint ``src`` (0 or 1) sends ``data`` on the path its EV maps to."""
         link = self.links[src][ev % len(self.paths)]
-        spec = link.spec
-        st = link.stats
-        st.sent += 1
-        if spec.down and link.is_down(now):
-            st.down_drops += 1
-            return
-        rng = self.rng
-        if spec.loss and rng.random() < spec.loss:
-            st.lost += 1
-            return
-        copies = 1
-        if spec.duplicate and rng.random() < spec.duplicate:
-            copies = 2
-            st.duplicated += 1
-        for _ in range(copies):
-            deps = link.departures
-            while deps and deps[0] <= now:
-                deps.popleft()
-            if len(deps) >= spec.queue_packets:
-                st.queue_drops += 1
-                continue
-            start = max(now, link.busy_until)
-            link.busy_until = start + (len(data) + WIRE_OVERHEAD) * 8 / spec.rate_bps
-            deps.append(link.busy_until)
-            arrival = link.busy_until + spec.delay
-            if spec.reorder and rng.random() < spec.reorder:
-                arrival += rng.random() * spec.reorder_delay
-                st.reordered += 1
-            payload = data
-            if spec.corrupt and rng.random() < spec.corrupt:
-                b = bytearray(data)
-                if b:
-                    i = rng.randrange(len(b))
-                    b[i] ^= 1 << rng.randrange(8)
-                payload = bytes(b)
-                st.corrupted += 1
+        for arrival, payload in link.transmit(data, now, self.rng):
             self._seq += 1
             heapq.heappush(self._heap, (arrival, self._seq, 1 - src, payload))
-            st.delivered += 1
 
     def next_time(self) -> float | None:
         return self._heap[0][0] if self._heap else None
@@ -163,6 +170,8 @@ def drive(
     on_event: Callable[[int, object, float], None] | None = None,
     check: Callable[[float], None] | None = None,
     start: float = 0.0,
+    wake: Callable[[], float | None] | None = None,
+    schedulers: Sequence[CreditScheduler] = (),
 ) -> float:
     """Run the loop of any sans-I/O driver over simulated networks until ``done()`` or the virtual
     clock passes ``time_limit``; returns the time.
@@ -170,7 +179,10 @@ def drive(
     ``nets`` lists each network with the indices in ``conns`` of its endpoints 0 and 1. Every turn
     hands each connection's events to ``on_event(index, event, now)`` first, so that what it submits
     leaves in the same turn, then sends what is due, calls ``check(now)`` and asks ``done()``; then
-    the clock moves to the next delivery or timer, which are delivered and fired.
+    the clock moves to the next delivery or timer, which are delivered and fired. ``wake()`` gives the
+    time the application's own clock next needs a turn (a modelled compute's end, say), if ever.
+    ``schedulers``: the credit schedulers shared by receiving connections (transport.core.credit),
+    whose timers are fired like the connections' own.
     """
     # Every connection is driven by the same Pump as over real sockets; its sends go into its network.
     side_of: dict[int, tuple[SimNetwork, int]] = {}
@@ -207,6 +219,12 @@ def drive(
         if done():
             return now
         nxt = earliest(min((t for net in networks if (t := net.next_time()) is not None), default=None), pumps)
+        if wake is not None and (w := wake()) is not None and (nxt is None or w < nxt):
+            nxt = w
+        for sched in schedulers:
+            t = sched.get_timer()
+            if t is not None and (nxt is None or t < nxt):
+                nxt = t
         if nxt is None:
             logger.debug("simulation stalled at %.6f: nothing scheduled", now)
             return now
@@ -219,6 +237,10 @@ def drive(
                 (b if dst else a).receive_datagram(data, now)
         for pump in pumps:
             pump.fire(now)
+        for sched in schedulers:
+            t = sched.get_timer()
+            if t is not None and t <= now:
+                sched.handle_timer(now)
 
 
 def run_transfer(

@@ -51,6 +51,13 @@ class CcConfig(Protocol):
     target_delay: float
     target_packets: float
     pacing: bool
+    base_rtt: float  # 0 = unknown
+
+    @property
+    def initial_window(self) -> int: ...  # one BDP where known, else window
+
+    @property
+    def bdp_packets(self) -> float | None: ...
 
 
 CcFactory = Callable[[CcConfig, "RttEstimator | None"], CongestionControl]

@@ -140,5 +140,5 @@ class DelayBased(WindowControl):
 
     @classmethod
     def from_config(cls, config: CcConfig, rtt: RttEstimator | None = None) -> DelayBased:
-        return cls(config.window, config.max_window, config.target_delay, target_packets=config.target_packets,
+        return cls(config.initial_window, config.max_window, config.target_delay, target_packets=config.target_packets,
                    pacing=config.pacing, rtt=rtt)

@@ -1,0 +1,202 @@
+"""Lab 7 checker: what the network costs a training step.
+
+On a folder of code (your copy of starter/, holding model.py), each formula is held to fabriclab's
+simulated training job (transport/sim/trainsim.py: the same ranks, storage hosts and transport as a
+live run, on a virtual clock), on the lab's fabric (8 Mb/s host links, 4 Mb/s uplinks, far storage
+behind 2 Mb/s):
+- `sync_checkpoint_stall` against the stall of a synchronous checkpoint to far storage;
+- `async_checkpoint_stall` against asynchronous checkpoints written more often than the far link
+  can take them, and less often;
+- `collision_probability` against ECMP-like hashing of flows onto uplinks, drawn many times;
+- `steps_lost` against the steps a simulated job lost when a cut link timed a collective out;
+- `prefetched_data_wait` on a few cases.
+
+On a results directory of `fabriclab run training` it grades the arms it finds: every job finished
+with numpy's sums; far storage stalls synchronous checkpoints at least twice as long as near storage;
+asynchronous checkpointing hides at least half of that; spraying's p99 step time no worse than ECMP's
+(beyond noise); a cut link cost a rollback.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from experiments.scenarios import training
+from labs import grading
+from labs.catalogue import LabError
+from labs.grading import Check
+from transport.core.config import TransportConfig
+from transport.sim.trainsim import TrainFabric, TrainSimResult, train_simulated
+from transport.training.collective import CollectiveSpec
+from transport.training.spec import JobSpec
+
+CODE = "model.py"
+RANKS, CKPT_BYTES, FAR_BPS = 4, 128 * 1024, 2e6
+FABRIC = {"host_rate_bps": 8e6, "uplink_rate_bps": 4e6, "storage_rate_bps": 8e6, "far_rate_bps": FAR_BPS,
+          "far_delay": 0.0001, "queue_packets": 100}
+
+
+@lru_cache(maxsize=16)
+def _sim(checkpoint_every: int = 4, mode: str = "sync", steps: int = 8, cut: tuple | None = None) -> TrainSimResult:
+    spec = JobSpec(steps=steps, compute_s=0.2, collective=CollectiveSpec(nbytes=64 * 1024), data_bytes=0,
+                   checkpoint_every=checkpoint_every, checkpoint_bytes=CKPT_BYTES, checkpoint_mode=mode,
+                   collective_timeout_s=5.0)
+    r = train_simulated(spec, TrainFabric(**FABRIC, cut=cut), TransportConfig(mtu=8972), checkpoint_storage="far")
+    if not r.completed:
+        raise LabError("the simulated job did not finish; is the repository intact?")
+    return r
+
+
+def _number(name: str, got: Any, call: str) -> Check | None:
+    if isinstance(got, (int, float)) and not isinstance(got, bool):
+        return None
+    return grading.failed(name, f"{call} returned {got!r:.60}, expected a number of seconds")
+
+
+def check_sync(mod: ModuleType) -> list[Check]:
+    name = "sync_checkpoint_stall"
+    got, err = grading.call(mod, name, RANKS, CKPT_BYTES, FAR_BPS)
+    if err:
+        return [err]
+    call = f"{name}({RANKS}, {CKPT_BYTES}, {FAR_BPS:g})"
+    if bad := _number(name, got, call):
+        return [bad]
+    s = _sim().summary
+    measured = s["checkpoint_stall_s"] / s["checkpoints"]
+    ratio = measured / got if got > 0 else None
+    ok = ratio is not None and 0.9 <= ratio <= 1.3
+    return [grading.holds(name, ok, f"{call} = {got:.2f} s; the simulated job stalled {measured:.2f} s per checkpoint "
+                          f"({ratio:.2f}x: the transport's headers and start-up on top)" if ok else "",
+                          f"{call} = {got:.4g} s; the simulated job stalled {measured:.2f} s per checkpoint "
+                          "(expected 0.9x to 1.3x your figure: every rank's bytes cross the one far link)")]
+
+
+def check_async(mod: ModuleType) -> list[Check]:
+    name = "async_checkpoint_stall"
+    sync = _sim().summary
+    write = sync["checkpoint_stall_s"] / sync["checkpoints"]
+    checks = []
+    for every, steps in ((1, 6), (4, 8)):
+        s = _sim(every, "async", steps).summary
+        interval = every * _sim(0).summary["step_time_p50_s"]
+        got, err = grading.call(mod, name, write, interval)
+        if err:
+            return [err]
+        call = f"{name}({write:.2f}, {interval:.2f})"
+        if bad := _number(name, got, call):
+            return [bad]
+        # The first checkpoint has no previous write to wait for.
+        measured = s["checkpoint_stall_s"] / max(1, s["checkpoints"] - 1)
+        ok = measured <= 0.1 if got <= 0.05 else 0.5 * got <= measured <= 2.0 * got
+        checks.append(grading.holds(
+            f"{name}: a checkpoint every {every} step(s)", ok,
+            f"{call} = {got:.2f} s; simulated {measured:.2f} s per checkpoint after the first",
+            f"{call} = {got:.4g} s; the simulated job stalled {measured:.2f} s per checkpoint after the first "
+            "(a write that takes longer than the checkpoint interval holds the next checkpoint for the rest)"))
+    return checks
+
+
+def _hashed(flows: int, uplinks: int, trials: int = 20000) -> float:
+    """How often flows with random source ports, hashed as a switch does, share an uplink."""
+    rng = random.Random(7)
+    shared = 0
+    for _ in range(trials):
+        picks = [zlib.crc32(rng.randbytes(8)) % uplinks for _ in range(flows)]
+        shared += len(set(picks)) < flows
+    return shared / trials
+
+
+def check_collisions(mod: ModuleType) -> list[Check]:
+    name = "collision_probability"
+    for flows, uplinks in ((2, 2), (2, 4), (4, 8), (3, 2), (1, 4)):
+        got, err = grading.call(mod, name, flows, uplinks)
+        if err:
+            return [err]
+        want = _hashed(flows, uplinks)
+        if not isinstance(got, (int, float)) or isinstance(got, bool) or abs(got - want) > 0.02:
+            return [grading.failed(name, f"{name}({flows}, {uplinks}) = {got!r:.40}; hashing {flows} flows onto "
+                                   f"{uplinks} uplinks 20000 times shared an uplink {want:.3f} of the time")]
+    return [grading.passed(name, "agrees with hashed flows drawn 20000 times, for 1 to 4 flows on 2 to 8 uplinks "
+                           f"(2 ring edges on 2 uplinks: {_hashed(2, 2):.2f})")]
+
+
+def check_rollback(mod: ModuleType) -> list[Check]:
+    name = "steps_lost"
+    checks = []
+    for cut in (("rank2", 2.0, 8.0), ("rank2", 6.3, 12.3)):
+        r = _sim(4, "sync", 10, cut)
+        rb = next((rep["rollbacks"][0] for rep in r.reports if rep["rollbacks"]), None)
+        if rb is None:
+            raise LabError("the simulated cut did not time a collective out; is the repository intact?")
+        got, err = grading.call(mod, name, rb["failed_step"], 4)
+        if err:
+            return [err]
+        call = f"{name}({rb['failed_step']}, 4)"
+        checks.append(grading.holds(f"{name}: cut at {cut[1]:g} s", got == rb["steps_lost"],
+                                    f"{call} = {got}, as the simulated job lost (it restarted from step "
+                                    f"{rb['restart_from']})",
+                                    f"{call} = {got!r:.40}; the simulated job lost {rb['steps_lost']} steps "
+                                    f"(it restarted from the checkpoint of step {rb['restart_from']})"))
+    return checks
+
+
+def check_prefetch(mod: ModuleType) -> list[Check]:
+    cases = {"a read shorter than the step": (0.1, 0.2, 0.5),
+             "a read longer than compute and collective": (1.0, 0.2, 0.5), "no compute": (0.3, 0.0, 0.1)}
+    return [grading.agrees("prefetched_data_wait", mod, "prefetched_data_wait", cases,
+                           lambda data, compute, comm: max(0.0, data - (compute + comm)), rel=1e-6,
+                           what="the read left over after compute and collective")]
+
+
+def check_code(target: Path) -> list[Check]:
+    mod = grading.load_module(target, CODE)
+    if isinstance(mod, Check):
+        return [mod]
+    return check_sync(mod) + check_async(mod) + check_collisions(mod) + check_rollback(mod) + check_prefetch(mod)
+
+
+# ---- results directories ----------------------------------------------------------------------------
+
+
+def check_results(target: Path) -> list[Check]:
+    doc = grading.load_results(target, training.NAME)
+    names = {a["name"] for a in doc.get("arms", [])}
+    t = (doc.get("analysis") or {}).get("training") or {}
+    checks = []
+    for name in sorted(names & set(training.ARMS)):
+        a = grading.arm(doc, name)
+        s = t.get(name, {})
+        checks.append(grading.holds(f"{name}: the job", bool(s.get("finished")) and a.get("correct") is True,
+                                    f"{s.get('useful_steps')} steps, every collective equal to numpy's sum",
+                                    "the job did not finish, or a collective differed from numpy's sum"))
+    def stall(name: str) -> float | None:
+        return grading.arm(doc, name).get("checkpoint_stall_s") if name in names else None
+
+    near, far, far_async = stall(training.SPRAY), stall(training.FAR_SYNC), stall(training.FAR_ASYNC)
+    if near is not None and far is not None:
+        checks.append(grading.at_least("far storage: the stall", far / near if near else None, 2.0,
+                                       "far / near synchronous checkpoint stall"))
+    if far is not None and far_async is not None:
+        checks.append(grading.at_most("asynchronous checkpoints", far_async / far if far else None, 0.5,
+                                      "asynchronous / synchronous stall to far storage"))
+    if training.ECMP in names and training.SPRAY in names:
+        e, s = (grading.arm(doc, n).get("step_time_p99_s") for n in (training.ECMP, training.SPRAY))
+        checks.append(grading.at_most("spray against ECMP", s / e if s and e else None, 1.15,
+                                      "spraying's / ECMP's p99 step time"))
+    if training.CUT in names:
+        rb = grading.arm(doc, training.CUT).get("rollbacks")
+        checks.append(grading.holds("the cut: a rollback", bool(rb), f"{rb} rollback(s), "
+                                    f"{grading.arm(doc, training.CUT).get('steps_lost')} steps lost",
+                                    "the cut link did not time a collective out"))
+    if not checks:
+        raise LabError(f"no arm of {training.NAME} in {target}; run the lab's step 2")
+    return checks
+
+
+def check(target: Path) -> list[Check]:
+    return check_code(target) if grading.is_code_dir(target) else check_results(target)

@@ -1,0 +1,385 @@
+"""Receiver-driven credit (`cc="credit"`), in the style of EQDS and Ultra Ethernet's RCCC.
+
+A receiver knows its own link rate and sees every sender that wants it; it hands out permission to
+send ("credit") at that rate, so its downlink does not queue and an incast does not collapse. Three
+sans-I/O objects hold it: ``CreditSender`` (a connection's sending side), ``CreditReceiver`` (a
+connection's receiving side) and ``CreditScheduler`` (one per receiving endpoint, shared by every
+connection it serves; a connection alone owns a private one). Credit is counted in PSNs (the
+connection's unbounded ``seq``) and travels as a cumulative limit, so a lost grant is repaired by
+any later one.
+
+The rules, all here:
+
+* Unscheduled window: a sender may send new PSNs below ``initial_window`` (one BDP when the
+  configuration knows the link rate and base RTT, TransportConfig.initial_window) before any credit;
+  both ends derive the same number from the configuration they share.
+* After that a new PSN leaves only below the latest credit limit, carried by a CREDIT packet or by
+  the ACK's credit field (flag FLAG_CREDIT). Retransmissions need no credit: they replace packets the
+  receiver's accounting has already written off (below), and loss recovery bounds them.
+* Demand: the receiver learns how far a sender wants to send from the extent of each message it
+  sees (first PSN + fragment count) and from REQUEST packets, which the sender sends whenever it
+  queues data beyond both its credit and the demand it last reported.
+* Grants: the scheduler grants one PSN at a time, round robin over the connections whose demand
+  exceeds their credit, at ``credit_rate_bps`` (receiver_rate_bps, else link_rate_bps; a full-size
+  packet per grant). Arriving DATA clocks the grants: what the rate allows by then goes at once
+  (and rides in the ACK the packet gets); without arrivals a timer grants in rounds of at least
+  ``pacing_quantum``. Either way only while the credit outstanding
+  over all its connections (granted, up to demand, and not yet seen used: the highest PSN received)
+  is below the receiver window, one BDP plus one round of grants (``receiver_window``). Without a
+  rate only that window bounds it. The first grants thus wait until the unscheduled windows of an
+  incast have drained, and after that the downlink queue stays near one round of grants. A
+  scheduler that was idle starts its first round one quantum after the first packet, with no
+  tokens banked: the senders of an incast that start together are all known before credit flows,
+  so none gets a head start.
+* Lost credit and lost data: a connection whose credit has been outstanding without a DATA packet for
+  ``credit_timeout(config)`` (max(rto_min, 4 base RTTs), the base RTT being initial_rtt while
+  unknown) has it written off the window, and its current limit is sent again in a CREDIT packet.
+  A sender with data to send, no credit and nothing in flight sends its REQUEST again once the same
+  span has passed, doubling the wait up to rto_max while nothing answers; the receiver answers a
+  REQUEST with its current limit.
+* Path: credit is blind to EVs, so it works alike with spraying and a single path; CREDIT and
+  REQUEST go on the EV of the latest DATA packet (the sender's last path, which the receiver's
+  endpoint knows the address of).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from transport.core.wire import PSN_MASK, psn_diff
+
+_PSN_HALF = 1 << 31
+
+if TYPE_CHECKING:
+    from transport.core.config import TransportConfig
+
+
+def credit_timeout(config: TransportConfig) -> float:
+    """How long outstanding credit may go unused before it is written off (see the rules above)."""
+    base = config.base_rtt if config.base_rtt > 0 else config.initial_rtt
+    return max(config.rto_min, 4 * base)
+
+
+def receiver_window(config: TransportConfig) -> int:
+    """Credit a receiver lets be outstanding over all its connections: one BDP plus one round of grants
+    (the packets its rate grants in ``pacing_quantum``, at least one), since grants come in rounds."""
+    rate = config.credit_rate_bps / (8 * config.wire_packet_bytes)
+    return config.initial_window + max(1, math.ceil(rate * config.pacing_quantum))
+
+
+class CreditSender:
+    """A connection's sending side under credit: the limit it may send new PSNs below, and the demand
+    it has reported."""
+
+    __slots__ = (
+        "_base_wait",
+        "_max_wait",
+        "credits_received",
+        "limit",
+        "reported",
+        "request_due",
+        "requests_sent",
+        "stalled_since",
+        "wait",
+    )
+
+    def __init__(self, config: TransportConfig) -> None:
+        self.limit = config.initial_window
+        self.reported = 0  # the highest demand sent in a REQUEST
+        self.request_due = False  # a REQUEST must go even though the demand has not grown (timeout)
+        self.stalled_since: float | None = None  # out of credit with data and nothing in flight, since
+        self._base_wait = credit_timeout(config)
+        self._max_wait = max(config.rto_max, self._base_wait)
+        self.wait = self._base_wait
+        self.credits_received = 0  # CREDIT packets and ACKs that moved the limit
+        self.requests_sent = 0
+
+    def on_credit(self, wire_limit: int, now: float) -> None:
+        """A CREDIT packet or an ACK's credit field: the cumulative limit, mapped near our own."""
+        self.credits_received += 1
+        old = self.limit
+        # psn_diff(wire_limit, old), inlined: this runs for every ACK.
+        limit = old + ((wire_limit - old + _PSN_HALF) & PSN_MASK) - _PSN_HALF
+        if limit > old:
+            self.limit = limit
+            self.stalled_since = None
+            self.wait = self._base_wait
+
+    def need_request(self, demand: int) -> bool:
+        """Whether a REQUEST for ``demand`` (one past the last PSN queued) must go now."""
+        return self.request_due or (demand > self.reported and demand > self.limit)
+
+    def sent_request(self, demand: int) -> None:
+        self.reported = demand if demand > self.reported else self.reported
+        self.request_due = False
+        self.requests_sent += 1
+
+    def note_stall(self, stalled: bool, now: float) -> None:
+        """After each send: whether the sender is out of credit with data and nothing in flight."""
+        if not stalled:
+            self.stalled_since = None
+        elif self.stalled_since is None:
+            self.stalled_since = now
+
+    def timer(self) -> float | None:
+        return None if self.stalled_since is None else self.stalled_since + self.wait
+
+    def on_timer(self, now: float) -> None:
+        if self.stalled_since is not None and now >= self.stalled_since + self.wait:
+            # Nothing answered: the REQUEST or the CREDIT was lost. Ask again, waiting longer each time.
+            self.request_due = True
+            self.stalled_since = now
+            self.wait = min(self.wait * 2, self._max_wait)
+
+
+class CreditReceiver:
+    """A connection's receiving side under credit: what it granted, what the sender wants, what it
+    has seen used. The scheduler it belongs to grants; ``dirty`` says a CREDIT should go."""
+
+    __slots__ = (
+        "_counted",
+        "active",
+        "demand",
+        "dirty",
+        "ev",
+        "granted",
+        "grants",
+        "last_data",
+        "owner",
+        "scheduler",
+        "used",
+        "written_off",
+    )
+
+    def __init__(self, config: TransportConfig, scheduler: CreditScheduler) -> None:
+        self.granted = config.initial_window  # the sender's unscheduled window is credit granted in advance
+        self.demand = 0  # one past the highest PSN the sender has shown it wants to send
+        self.used = 0  # one past the highest PSN received
+        self.last_data = 0.0
+        self.ev = 0  # EV of the latest DATA packet: where CREDIT goes
+        self.dirty = False
+        self.active = False  # seen any DATA or REQUEST: only then does it count toward the window
+        self._counted = 0  # this connection's share of the scheduler's outstanding total
+        self.grants = 0
+        self.written_off = 0
+        self.owner: Any = None  # whatever the driver holding the connection wants back from handle_timer()
+        self.scheduler = scheduler
+        scheduler.attach(self)
+
+    @property
+    def want(self) -> int:
+        return self.demand - self.granted
+
+    def outstanding(self) -> int:
+        top = self.granted if self.granted < self.demand else self.demand
+        return top - self.used if top > self.used else 0
+
+    def _update(self, now: float) -> None:
+        self.active = True
+        self.scheduler.changed(self, now)
+
+    def on_data(self, seq: int, msg_end: int, ev: int, now: float) -> None:
+        """An accepted DATA packet of PSN ``seq`` whose message ends before ``msg_end``."""
+        self.last_data = now
+        self.ev = ev
+        if seq >= self.used:
+            self.used = seq + 1
+        if msg_end > self.demand:
+            self.demand = msg_end
+        self.active = True
+        self.scheduler.changed(self, now)
+
+    def on_request(self, wire_limit: int, now: float) -> None:
+        demand = self.demand + psn_diff(wire_limit, self.demand & PSN_MASK)
+        if demand > self.demand:
+            self.demand = demand
+        self.dirty = True  # answer with the current limit: the sender may have missed it
+        self._update(now)
+
+    def detach(self) -> None:
+        self.scheduler.detach(self)
+
+
+class CreditScheduler:
+    """Grants credit to the connections of one receiving endpoint, round robin, at its link rate, within
+    one receiver window (the rules at the top of this module). Sans-I/O: its owner asks ``get_timer()``
+    and calls ``handle_timer(now)`` when due, which returns the connections it wrote to (their driver
+    must let them send)."""
+
+    def __init__(self, rate_pps: float, window: int, quantum: float, timeout: float) -> None:
+        self.rate_pps = rate_pps if rate_pps > 0 else 0.0
+        self.window = max(1, window)
+        self.quantum = quantum
+        self.timeout = timeout
+        self.outstanding = 0
+        self._members: set[CreditReceiver] = set()
+        self._wanting: deque[CreditReceiver] = deque()
+        self._in_wanting: set[CreditReceiver] = set()
+        # Tokens (packets) bank at the rate up to one round's worth, so a late wake-up does not lose rate.
+        self._burst = self.rate_pps * quantum + 1.0
+        # Arrivals grant once this many PSNs are due (half a round, or a quarter of the window unpaced),
+        # not one at a time: each grant costs the receiver a call, and its ACK carries them all alike.
+        self._batch = max(1, math.ceil(self.rate_pps * quantum / 2) if self.rate_pps else self.window // 4)
+        self._tokens = 0.0
+        self._last = 0.0
+        self._next_check: float | None = None  # when outstanding credit is next looked at for write-off
+        self._touched: list[CreditReceiver] = []
+        # Whether take_touched() is read: an owner that flushes only the connections it is told of (the
+        # srd receiver) sets it; drivers that flush every connection anyway leave it off.
+        self.keep_touched = False
+        self.grants = 0
+        self.write_offs = 0
+
+    @classmethod
+    def from_config(cls, config: TransportConfig) -> CreditScheduler:
+        rate = config.credit_rate_bps / (8 * config.wire_packet_bytes)
+        return cls(rate, receiver_window(config), config.pacing_quantum, credit_timeout(config))
+
+    def attach(self, rx: CreditReceiver) -> None:
+        self._members.add(rx)
+
+    def detach(self, rx: CreditReceiver) -> None:
+        self._members.discard(rx)
+        self.outstanding -= rx._counted
+        rx._counted = 0
+        if rx in self._in_wanting:
+            self._in_wanting.discard(rx)
+            self._wanting.remove(rx)
+
+    def changed(self, rx: CreditReceiver, now: float) -> None:
+        """``rx``'s demand or use moved: recount its share and whether it wants credit."""
+        if not self.outstanding and not self._wanting:
+            # Idle until now: the first round waits a quantum from here with an empty bank, so that the
+            # senders of an incast that start together are all known before credit flows.
+            self._tokens = 0.0
+            self._last = now
+        # rx.outstanding(), inlined: this runs for every DATA packet.
+        granted, demand, used = rx.granted, rx.demand, rx.used
+        top = granted if granted < demand else demand
+        share = top - used if top > used else 0
+        self.outstanding += share - rx._counted
+        rx._counted = share
+        if share and self._next_check is None:
+            self._next_check = now + self.timeout / 2
+        if demand > granted and rx not in self._in_wanting:
+            self._in_wanting.add(rx)
+            self._wanting.append(rx)
+        if self._wanting and self.outstanding < self.window:
+            # Arrivals clock the grants: what the rate allows by now goes at once, so the ACK this
+            # packet is about to get carries it, and no timer has to wake the receiver for it.
+            if self.rate_pps:
+                self._refill(now)
+            else:
+                self._tokens = math.inf
+            if self._tokens >= self._batch and self.window - self.outstanding >= self._batch:
+                self._grant(now, self._touched if self.keep_touched else None)
+
+    def take_touched(self) -> list[CreditReceiver]:
+        """The connections granted to by arrivals since the last call (whose CREDIT their driver must let
+        go); handle_timer() returns its own."""
+        out, self._touched = self._touched, []
+        return out
+
+    def _can_grant(self) -> bool:
+        return bool(self._wanting) and self.outstanding < self.window
+
+    def get_timer(self) -> float | None:
+        t = self._next_check
+        if self._can_grant():
+            if self.rate_pps and self._tokens < 1.0:
+                due = self._last + max(self.quantum, (1.0 - self._tokens) / self.rate_pps)
+            else:
+                due = self._last
+            if t is None or due < t:
+                t = due
+        return t
+
+    def handle_timer(self, now: float) -> list[CreditReceiver]:
+        """Grant what is due by ``now`` and write off stale credit; the connections given a CREDIT."""
+        touched: list[CreditReceiver] = []
+        if self._next_check is not None and now >= self._next_check:
+            self._write_off(now, touched)
+        if not self._can_grant():
+            if self.rate_pps:
+                self._refill(now)
+            return touched
+        if self.rate_pps:
+            if now < self._last + self.quantum and self._tokens < 1.0:
+                return touched
+            self._refill(now)
+        else:
+            self._tokens = math.inf
+            self._last = now
+        self._grant(now, touched)
+        return touched
+
+    def _grant(self, now: float, touched: list[CreditReceiver] | None) -> None:
+        """Round robin while tokens and the window allow: each turn gives a connection an equal part of
+        what is left to grant (at least one PSN, at most what it still wants)."""
+        wanting = self._wanting
+        in_wanting = self._in_wanting
+        room = self.window - self.outstanding
+        tokens = self._tokens
+        n = room if room < tokens else int(tokens)
+        while n > 0 and wanting:
+            rx = wanting.popleft()
+            part = n // len(wanting) if len(wanting) > 1 else n
+            if part < 1:
+                part = 1
+            want = rx.demand - rx.granted
+            if part > want:
+                part = want
+            # Below its demand every PSN granted is one more outstanding.
+            rx.granted += part
+            rx.grants += part
+            rx._counted += part
+            self.grants += part
+            self.outstanding += part
+            self._tokens -= part
+            n -= part
+            if not rx.dirty:
+                rx.dirty = True
+                if touched is not None:
+                    touched.append(rx)
+            if rx.demand > rx.granted:
+                wanting.append(rx)
+            else:
+                in_wanting.discard(rx)
+        if self._next_check is None and self.outstanding:
+            self._next_check = now + self.timeout / 2
+        if not self.rate_pps:
+            self._tokens = 0.0
+
+    def _refill(self, now: float) -> None:
+        if now > self._last:
+            self._tokens = min(self._burst, self._tokens + (now - self._last) * self.rate_pps)
+            self._last = now
+
+    def _write_off(self, now: float, touched: list[CreditReceiver]) -> None:
+        """Credit outstanding without a DATA packet for the timeout was lost (or its data was): take it
+        out of the window and send the connection its limit again."""
+        pending = False
+        for rx in self._members:
+            if not rx._counted:
+                continue
+            if now - rx.last_data >= self.timeout:
+                top = rx.granted if rx.granted < rx.demand else rx.demand
+                rx.used = max(rx.used, top)
+                self.outstanding -= rx._counted
+                rx._counted = 0
+                rx.written_off += 1
+                self.write_offs += 1
+                if not rx.dirty:
+                    rx.dirty = True
+                    touched.append(rx)
+            else:
+                pending = True
+        self._next_check = now + self.timeout / 2 if pending else None
+
+    def state(self) -> dict:
+        return {
+            "rate_pps": self.rate_pps, "window": self.window, "outstanding": self.outstanding,
+            "wanting": len(self._wanting), "grants": self.grants, "write_offs": self.write_offs,
+        }
