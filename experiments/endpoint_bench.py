@@ -284,7 +284,8 @@ def run_case(mtu: int, rate_mbps: float, seconds: float, delay_s: float = DEFAUL
         sm = json.loads((tmp / "send.json").read_text())
         rm = json.loads((tmp / "recv.json").read_text())
     except (OSError, ValueError) as exc:
-        raise RuntimeError(f"an endpoint wrote no results: {exc}") from exc
+        raise RuntimeError(f"an endpoint wrote no results (sender exit {send.returncode}, receiver exit "
+                           f"{recv.returncode}): {exc}") from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     data, acks = link.forward.delivered, link.reverse.delivered
