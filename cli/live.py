@@ -53,6 +53,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    help="fabric: a spec such as 'leaf-spine:spines=4,leaves=4,hosts=2,rate=20' or a .yaml/.json "
                    "file (default: %(default)s)")
     p.add_argument("--workload", default="permutation", choices=WORKLOADS, help="traffic (default: %(default)s)")
+    from transport.core.congestion import CONTROLLERS
+
+    p.add_argument("--cc", default=None, choices=CONTROLLERS.names(),
+                   help=f"the transport's congestion control, senders and receivers alike ({CONTROLLERS.help()}; "
+                   "default: the transport's own)")
     add_servers_argument(p)
     p.add_argument("--mode", default="ecmp", choices=MODES, help="routing mode to start in (default: %(default)s)")
     p.add_argument("--policy", default="single", choices=POLICIES,
@@ -107,7 +112,7 @@ def build_backend(args: argparse.Namespace):
     from live.backend import FabricBackend
 
     require_ready(capabilities())  # root, Open vSwitch, ...: one line with the fix, before serving anything
-    return FabricBackend(topo, mode=args.mode, policy=policy, workload=args.workload, seed=args.seed)
+    return FabricBackend(topo, mode=args.mode, policy=policy, workload=args.workload, seed=args.seed, cc=args.cc)
 
 
 def cmd_live(args: argparse.Namespace) -> int:

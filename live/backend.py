@@ -68,10 +68,11 @@ class FabricBackend:
     the session runs start, controls and stop on a single worker; links() only talks HTTP."""
 
     def __init__(self, topology: Topology, mode: str = "ecmp", policy: str = "single",
-                 workload: str = "permutation", seed: int = 1) -> None:
+                 workload: str = "permutation", seed: int = 1, cc: str | None = None) -> None:
         self.topology = topology
         self.mode = mode
         self.policy = policy
+        self.cc = cc
         self.workload = workload
         self.seed = seed
         self.fab: Any = None
@@ -85,7 +86,7 @@ class FabricBackend:
         fab = new_fabric(self.topology, mode=self.mode)
         self.fab = fab
         fab.__enter__()
-        self.traffic = Workload(fab, self.workload, self.policy, self.seed)
+        self.traffic = Workload(fab, self.workload, self.policy, self.seed, cc=self.cc)
         self.traffic.start()
 
     def flows(self) -> list[tuple[str, str]]:

@@ -102,13 +102,15 @@ def stop_processes(procs: list[Proc], grace: float = 3.0) -> None:
 class Workload:
     """Processes of one workload in a running Fabric. Thread-safe: status() may run beside a restart."""
 
-    def __init__(self, fab: Any, kind: str, policy: str, seed: int = 1) -> None:
+    def __init__(self, fab: Any, kind: str, policy: str, seed: int = 1, cc: str | None = None) -> None:
         if kind not in WORKLOADS:
             raise ValueError(f"unknown workload {kind!r}; choose one of {', '.join(WORKLOADS)}")
         self.fab = fab
         self.kind = kind
         self.policy = policy
         self.seed = seed
+        # The congestion controller, for senders and receivers alike (credit needs both); None: the default.
+        self.cc_args = ["--cc", cc] if cc else []
         self.pairs = plan_pairs(fab.topology, kind, seed)
         self.receivers: list[Proc] = []
         self.senders: list[Proc] = []
@@ -125,7 +127,8 @@ class Workload:
     def start(self) -> None:
         if self.kind == "permutation":
             for dst in sorted({d for _, d in self.pairs}, key=natural_key):
-                cmd = command_line("srd", "recv", "--bind", self.fab.ip(dst), "--port", str(DEFAULT_PORT))
+                cmd = command_line("srd", "recv", "--bind", self.fab.ip(dst), "--port", str(DEFAULT_PORT),
+                                   *self.cc_args)
                 self.receivers.append(self._popen(dst, "receiver", cmd))
             time.sleep(0.5)  # the receivers bind their sockets first (avoids ICMP unreachable noise)
         self._start_senders()
@@ -137,7 +140,7 @@ class Workload:
                 cmd = command_line("srd", "send", "--to", f"{self.fab.ip(dst)}:{DEFAULT_PORT}",
                                    *sender_args(self.policy),
                                    "--seed", str(self.seed * 1000 + i), "--base-port", str(DEFAULT_BASE_PORT + 16 * i),
-                                   "--size", str(MESSAGE_SIZE), "--duration", str(FOREVER_S))
+                                   "--size", str(MESSAGE_SIZE), "--duration", str(FOREVER_S), *self.cc_args)
                 procs.append(self._popen(src, "sender", cmd))
         else:
             ranks = [s for s, _ in self.pairs]
@@ -147,7 +150,7 @@ class Workload:
                 cmd = command_line("allreduce", "--rank", str(r), "--peers", peers,
                                    "--size", str(ALLREDUCE_ELEMENTS), "--iterations", str(ALLREDUCE_ITERATIONS),
                                    *sender_args(self.policy), "--seed", str(self.seed), "--timeout", "60",
-                                   "--link-rate-mbps", f"{host_rate:g}")
+                                   "--link-rate-mbps", f"{host_rate:g}", *self.cc_args)
                 procs.append(self._popen(h, "worker", cmd))
         with self._lock:
             self.senders = procs

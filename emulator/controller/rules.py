@@ -10,7 +10,9 @@ Pipeline installed on every switch:
   reg0, write the next-hop set id into the metadata and go to table 1.
 - table 1: (metadata = set id, reg0 = bucket) -> output port. In `spray` mode higher-priority entries
   match the low bits of the UDP source port (the entropy value, EV) and pick the next hop directly,
-  so non-UDP traffic still falls through to the hash entries.
+  so non-UDP traffic still falls through to the hash entries; replies from a receiver's port (the
+  contract's DEFAULT_PORT: ACKs) match the low bits of their destination port instead, the EV of the
+  packet they answer, and so return along their data's path.
 - `single` skips table 1: every switch outputs one next hop per destination host, chosen from the
   host's index the way spray chooses from the EV.
 
@@ -52,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topologies.model import ROLE_TIER, Link, Node, Topology
-from transport.core.contract import EV_BITS, ROUTING_MODES, UDP_PORT_BITS
+from transport.core.contract import DEFAULT_PORT, EV_BITS, ROUTING_MODES, UDP_PORT_BITS
 
 MODES = ROUTING_MODES  # the fabric contract's (transport.core.contract)
 
@@ -66,6 +68,7 @@ PRIO_DST = 200
 PRIO_VIA_TOR = 300
 PRIO_HASH_BUCKET = 100
 PRIO_SPRAY_BUCKET = 200
+PRIO_SPRAY_REPLY = 210
 
 ETH_IPV4 = 0x0800
 ETH_ARP = 0x0806
@@ -363,6 +366,22 @@ def _next_hop_table(ports: tuple[int, ...], divisor: int, mode: str) -> list[Flo
                     eth_type=ETH_IPV4,
                     ip_proto=IPPROTO_UDP,
                     udp_src=(ev, n_buckets - 1),
+                )
+            )
+            # A reply from a receiver's port (an ACK) carries the EV of the packet it answers in its
+            # destination port: sprayed by that, it goes back along its data's path, and the ACKs of a
+            # flow spread as its data does. By its fixed source port alone every ACK would take one path,
+            # and a dead one would stall every flow that answers through it.
+            flows.append(
+                FlowEntry.make(
+                    TABLE_NEXT_HOP,
+                    PRIO_SPRAY_REPLY,
+                    [Output(ports[spray_choice(ev, len(ports), divisor)])],
+                    metadata=set_id,
+                    eth_type=ETH_IPV4,
+                    ip_proto=IPPROTO_UDP,
+                    udp_src=DEFAULT_PORT,
+                    udp_dst=(ev, n_buckets - 1),
                 )
             )
     return flows

@@ -166,6 +166,7 @@ def forward(flows: tuple[FlowEntry, ...], pkt: Pkt, in_port: int) -> int | str |
         fields.update(ipv4_dst=pkt.dst, ip_proto=pkt.ip_proto)
         if pkt.ip_proto == IPPROTO_UDP:
             fields["udp_src"] = pkt.sport
+            fields["udp_dst"] = pkt.dport
     table = TABLE_FORWARD
     while True:
         best = _lookup(flows, table, fields)
@@ -354,13 +355,34 @@ def test_spray_16_consecutive_ports_spread_evenly(spines):
         assert set(used.values()) == {16 // spines}
 
 
+def _data_spray(f) -> bool:
+    """A spray entry for data (EV in the source port), not for replies (EV in the destination port)."""
+    return isinstance(f.match_dict().get("udp_src"), tuple)
+
+
+def test_acks_from_the_receiver_port_return_along_their_data_path(ls442):
+    """In spray mode an ACK (from DEFAULT_PORT to the EV port its data left from) crosses the same spine
+    as its data, for every EV: a dead spine then costs only the ACKs of the EVs that die on it anyway."""
+    from transport.core.contract import DEFAULT_BASE_PORT, DEFAULT_PORT
+
+    rules = compute_rules(ls442, "spray")
+    for ev in range(16):
+        data = Pkt("10.0.0.1", "10.0.0.8", sport=DEFAULT_BASE_PORT + ev, dport=DEFAULT_PORT)
+        ack = Pkt("10.0.0.8", "10.0.0.1", sport=DEFAULT_PORT, dport=DEFAULT_BASE_PORT + ev)
+        up = forward(rules["leaf1"], data, 1)
+        back = forward(rules["leaf4"], ack, 2)
+        assert up - 2 == back - 2, f"EV {ev}: data to spine {up - 2}, its ACK from spine {back - 2}"
+    replies = {f.match_dict()["udp_dst"][0] for f in rules["leaf1"] if "udp_dst" in f.match_dict()}
+    assert replies == set(range(16))
+
+
 def test_spray_bucket_i_maps_to_next_hop_i_mod_n(ls442):
     rules = compute_rules(ls442, "spray")
     uplinks = (3, 4, 5, 6)
     set_id = next_hop_set_id(uplinks)
-    spray = {f.match_dict()["udp_src"][0]: f.actions for f in rules["leaf1"] if "udp_src" in f.match_dict()}
+    spray = {f.match_dict()["udp_src"][0]: f.actions for f in rules["leaf1"] if _data_spray(f)}
     assert spray == {i: (Output(uplinks[i % 4]),) for i in range(16)}
-    f = next(f for f in rules["leaf1"] if "udp_src" in f.match_dict())
+    f = next(f for f in rules["leaf1"] if _data_spray(f))
     assert f.match_dict()["udp_src"] == (f.match_dict()["udp_src"][0], 0xF)
     assert f.match_dict()["metadata"] == set_id
     assert f.match_dict()["ip_proto"] == IPPROTO_UDP
@@ -598,10 +620,10 @@ def test_spray_divisors_and_entries_on_a_fat_tree():
     assert set_id >> 63 == 1 and set_id != next_hop_set_id((3, 4))
     h16 = next(f for f in rules["p1a1"] if f.match_dict().get("ipv4_dst") == "10.0.0.16")
     assert h16.actions[1:] == (WriteNextHopSet(set_id), GotoTable(TABLE_NEXT_HOP))
-    spray = {f.match_dict()["udp_src"][0]: f.actions for f in rules["p1a1"] if "udp_src" in f.match_dict()}
+    spray = {f.match_dict()["udp_src"][0]: f.actions for f in rules["p1a1"] if _data_spray(f)}
     assert spray == {ev: (Output((3, 4)[ev // 2 % 2]),) for ev in range(16)}
     # The edge switch keeps EV % 2, and ECMP keeps the plain port bitmask.
-    edge = {f.match_dict()["udp_src"][0]: f.actions for f in rules["p1e1"] if "udp_src" in f.match_dict()}
+    edge = {f.match_dict()["udp_src"][0]: f.actions for f in rules["p1e1"] if _data_spray(f)}
     assert edge == {ev: (Output((3, 4)[ev % 2]),) for ev in range(16)}
     ecmp = rules_for("fat-tree-k4", "ecmp")
     h16 = next(f for f in ecmp["p1a1"] if f.match_dict().get("ipv4_dst") == "10.0.0.16")

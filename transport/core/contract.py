@@ -5,7 +5,9 @@
   sender uses `NUM_EVS` EVs from a base port that is a multiple of `PORT_ALIGNMENT`, so that
   `source port & (NUM_EVS - 1) == EV`; in `spray` mode the controller maps those bits to a next hop
   (and hashes them with the rest of the 5-tuple in `ecmp`).
-* The default ports: the receivers' `DEFAULT_PORT`, the senders' `DEFAULT_BASE_PORT`.
+* The default ports: the receivers' `DEFAULT_PORT`, the senders' `DEFAULT_BASE_PORT`. A reply from
+  `DEFAULT_PORT` (an ACK) goes to the EV port its data came from, so its destination port's low bits
+  are that EV; in `spray` mode the controller sprays such replies by them, back along the data's path.
 
 The transport still knows paths only as EVs; nothing here names a topology. This module imports nothing,
 so the transport, the emulator and the controller (a process of its own) all import it.

@@ -89,10 +89,15 @@ class Spray(_Oblivious):
 class Adaptive:
     """SRD-like adaptive spraying: round-robin over the EVs currently in good standing.
 
-    An EV that loses a packet, times out or whose smoothed RTT exceeds ``rtt_factor`` times the best
-    EV's is benched for a cool-down; repeated offences soon after coming back double the cool-down
-    (up to ``max_backoff``), so a persistently bad path carries only the occasional probe packet.
-    The cool-down scales with the best RTT so the policy behaves the same on slow and fast fabrics.
+    An EV that loses a packet or times out is benched for a cool-down; repeated offences soon after
+    coming back double the cool-down (up to ``max_backoff``), so a dead path carries only the occasional
+    probe packet. An EV whose smoothed RTT exceeds ``rtt_factor`` times the *median* EV's is benched
+    too, for half as long and softly: the median, not the best, because queueing that every path shares
+    (the sender's own window, a last hop all paths end on) inflates every EV alike and says nothing
+    about one path, and judged against the best EV most of them looked slow and were benched, leaving
+    one or two EVs to carry everything. When every EV is benched, the softly benched (slow, not losing)
+    ones carry the traffic before any benched for loss; the cool-down scales with the best RTT so the
+    policy behaves the same on slow and fast fabrics.
     """
 
     name = "adaptive"
@@ -116,12 +121,18 @@ class Adaptive:
         # Per-EV RTT of its own, not loss recovery's: an EV benched for an inflated RTT starts afresh.
         self.rtt: dict[int, RttEstimator] = {}
         self.benched_until = [float("-inf")] * num_evs
+        self.lossy_until = [float("-inf")] * num_evs  # the part of benched_until owed to loss or timeout
         self.backoff = [1] * num_evs
         self.penalties = [0] * num_evs
 
     def _best_rtt(self) -> float | None:
         known = [est.srtt for est in self.rtt.values() if est.srtt is not None]
         return min(known) if known else None
+
+    def _typical_rtt(self) -> float | None:
+        """The median EV's smoothed RTT, once three EVs have one."""
+        known = sorted(est.srtt for est in self.rtt.values() if est.srtt is not None)
+        return known[len(known) // 2] if len(known) >= 3 else None
 
     def _penalise(self, ev: int, now: float, weight: float = 1.0) -> None:
         if not 0 <= ev < self.num_evs or self.benched_until[ev] > now:
@@ -138,14 +149,15 @@ class Adaptive:
 
     def next_ev(self, now: float, avoid: int | None = None) -> int:
         n = self.num_evs
-        for _ in range(n):
-            ev = self._next
-            self._next = (ev + 1) % n
-            if ev != avoid and self.benched_until[ev] <= now:
-                return ev
-        # Everything is benched (or only the avoided EV is usable): take the one back soonest.
+        for usable in (self.benched_until, self.lossy_until):
+            for _ in range(n):
+                ev = self._next
+                self._next = (ev + 1) % n
+                if ev != avoid and usable[ev] <= now:
+                    return ev
+        # Everything lost packets lately (or only the avoided EV is usable): take the one back soonest.
         candidates = [e for e in range(n) if e != avoid] or [0]
-        return min(candidates, key=lambda e: self.benched_until[e])
+        return min(candidates, key=lambda e: self.lossy_until[e])
 
     def on_ack(self, ev: int, rtt: float, now: float) -> None:
         if not 0 <= ev < self.num_evs:
@@ -154,17 +166,21 @@ class Adaptive:
         if est is None:
             est = self.rtt[ev] = RttEstimator()
         est.update(rtt)
-        best = self._best_rtt()
-        if best is not None and est.srtt > self.rtt_factor * best:  # type: ignore[operator]
+        typical = self._typical_rtt()
+        if typical is not None and est.srtt > self.rtt_factor * typical:  # type: ignore[operator]
             self._penalise(ev, now, weight=0.5)
             # Forget the inflated estimate so the probe after the cool-down is judged afresh.
             del self.rtt[ev]
 
     def on_loss(self, ev: int, now: float) -> None:
         self._penalise(ev, now)
+        if 0 <= ev < self.num_evs:
+            self.lossy_until[ev] = self.benched_until[ev]
 
     def on_timeout(self, ev: int, now: float) -> None:
         self._penalise(ev, now, weight=2.0)
+        if 0 <= ev < self.num_evs:
+            self.lossy_until[ev] = self.benched_until[ev]
 
     def state(self) -> dict:
         return {"penalties": list(self.penalties), "backoff": list(self.backoff)}
