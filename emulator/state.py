@@ -147,6 +147,11 @@ def remove_run(state: RunState) -> list[str]:
     removed: list[str] = []
     if state.controller_pid and kill_pid(state.controller_pid, "emulator.controller"):
         removed.append(f"controller process {state.controller_pid}")
+    if state.netns:
+        from emulator.cluster.nsservers import kill_members
+
+        # Before the node shells go: their namespaces are how the run's processes are found.
+        removed += kill_members(state.netns, state.host_pids)
     # With namespace servers every ssh process of the run names its work directory (-F, -f).
     ssh_mark = state.workdir if state.netns and state.workdir else "ssh"
     for pid in state.ssh_pids:

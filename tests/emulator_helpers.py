@@ -53,6 +53,12 @@ def cluster_ssh_processes() -> list[str]:
     return [line for line in out.stdout.splitlines() if "pgrep" not in line and "/fabriclab-" in line]
 
 
+def endpoint_processes() -> list[str]:
+    """The transport's endpoints the runs start in emulated hosts (`python -m cli.endpoint ...`)."""
+    out = subprocess.run(["pgrep", "-af", "cli.endpoint"], capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
+
+
 def underlay_interfaces() -> list[str]:
     return sorted(p.name for p in Path("/sys/class/net").glob("flc-ul*"))
 
@@ -70,6 +76,7 @@ def leftovers() -> dict[str, list]:
         "namespaces": cluster_namespaces(),
         "ssh_processes": cluster_ssh_processes(),
         "underlay": underlay_interfaces(),
+        "endpoints": endpoint_processes(),
         "run_records": sorted(p.name for p in STATE_DIR.glob("*.json")) if STATE_DIR.is_dir() else [],
     }
 

@@ -323,6 +323,13 @@ class ClusterFabric(Fabric):
             except subprocess.TimeoutExpired:
                 proc.kill()
         self._forwards.clear()
+        if self.state is not None and self.state.netns:
+            from emulator.cluster.nsservers import kill_members
+
+            # Processes started in remote hosts outlive their ssh clients: end them while the node
+            # shells still show their namespaces.
+            hosts = [self.net[h.name].pid for h in self.topology.hosts] if self.net is not None else []
+            kill_members(self.state.netns, hosts, servers_too=False)
         super().stop()
         self.ns_servers = []
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import shlex
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -223,6 +225,51 @@ def start_ovs(s: NamespaceServer, ident: SshIdentity) -> list[int]:
         raise EmulatorError(f"namespace server {s.address}: Open vSwitch did not start: "
                             f"{(r.stderr or r.stdout).strip()[-300:]}")
     return pids
+
+
+def _netns_inode(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def kill_members(netns: list[str], shell_pids: list[int], servers_too: bool = True) -> list[str]:
+    """SIGKILL every process of the run's namespace servers: those in a server's own network namespace
+    (ip netns pids) and those sharing a node shell's (what the runs started in emulated hosts). A
+    process started over ssh does not die with its ssh client, and a namespace outlives its deletion while
+    a process holds it, so they are found by namespace, which only the run's own processes share.
+    Without `servers_too`, only what runs beside the node shells, not the shells themselves nor the
+    servers' sshd and Open vSwitch (a fabric still being torn down needs them)."""
+    inodes = {i for pid in shell_pids if (i := _netns_inode(pid)) is not None}
+    # A switch's shell on a server is in the server's own namespace: that one is never a host's.
+    server_inodes = set()
+    for name in netns:
+        try:
+            server_inodes.add(os.stat(f"/run/netns/{name}").st_ino)
+        except OSError:
+            pass
+    if not servers_too:
+        inodes -= server_inodes
+    targets: set[int] = set()
+    for name in netns if servers_too else []:
+        out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout
+        targets.update(int(p) for p in out.split() if p.isdigit())
+    if inodes:
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit() and _netns_inode(int(d.name)) in inodes:
+                targets.add(int(d.name))
+    targets.discard(os.getpid())
+    if not servers_too:
+        targets -= set(shell_pids)
+    killed = []
+    for pid in sorted(targets):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(f"process {pid} in a namespace server")
+        except ProcessLookupError:
+            pass
+    return killed
 
 
 def remove_namespaces(names: list[str]) -> list[str]:
