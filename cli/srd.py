@@ -56,16 +56,16 @@ USER_ERRORS: tuple[type[BaseException], ...] = (EndpointError, ConfigError)
 # Python process each datagram costs a wake-up and a syscall at both ends, and in the emulator every
 # packet also costs Open vSwitch a wake-up per switch it crosses (`fabriclab bench fidelity`); on slow
 # emulated links one 100-byte ACK per 1442-byte packet would also take 7 % of the reverse link, which
-# the host's own data shares. The batch is sized to the path's bandwidth-delay product as the
-# congestion control keeps it: the delay controller holds at least 16 packets' worth of queue
-# (target_packets), so a window is about 16-20 packets whatever the rate or MTU, and one ACK per 4
-# keeps the ACK clock running at a quarter window. The hold only caps the wait on slow links (4
-# jumbo frames take 72 ms at 4 Mb/s); the packet completing a message is acknowledged at once, so
-# message completion times do not carry the hold. The sender, in turn, sends an ACK's worth of
-# packets per wake-up (pacing_packets), so that its pacing and its ACKs share wake-ups.
-ENDPOINT_ACK_DELAY = 0.1
-ENDPOINT_ACK_BATCH = 4
-ENDPOINT_PACING_PACKETS = ENDPOINT_ACK_BATCH
+# the host's own data shares. One ACK per 8 packets, or after at most 10 ms: at the demo's 4 Mb/s a
+# packet takes 3 ms, so ACKs still leave every few packets; the packet completing a message is
+# acknowledged at once. Tried and not kept: one ACK per 4 packets held up to 100 ms, with senders
+# sending 4 packets' worth per wake-up. It cut wake-ups 4-5x but not the endpoints' CPU per packet
+# (`fabriclab bench endpoints`: 105 -> 97 µs at 1500 bytes, within the noise), and in the failover
+# experiment it slowed the recovery from a cut (adaptive 0.2 -> 0.4 s, ECMP with reroute 1.3 -> 2.4 s)
+# and left some flows at half their rate: the hold starves the ACK clock on slow links.
+ENDPOINT_ACK_DELAY = 0.010
+ENDPOINT_ACK_BATCH = 8
+ENDPOINT_PACING_PACKETS = 1
 
 parse_destination = destination_arg(DEFAULT_PORT)
 
