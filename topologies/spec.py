@@ -17,6 +17,8 @@ Fabric file format (YAML or JSON)::
     name: two-tier                # optional, defaults to the file name without its suffix
     description: a small fabric   # optional, kept in params
     mtu: 9000                     # optional, IP MTU of every interface, default 9000, in [576, 9216]
+    servers: ns:2                 # optional, where it runs, as --servers takes it (ns:N, or a list of
+                                  # hosts); --servers on the command line wins
     defaults:                     # optional; apply to links that do not say otherwise
       rate_mbps: 20               # default 20
       delay_ms: 0                 # default 0
@@ -138,7 +140,8 @@ _SPEC_KEYS: dict[str, dict[str, tuple[tuple[str, ...], Check, str]]] = {
     },
 }
 
-_FILE_KEYS = ("name", "description", "params", "mtu", "defaults", "nodes", "switches", "hosts", "links")
+_FILE_KEYS = ("name", "description", "params", "mtu", "servers", "defaults", "nodes", "switches", "hosts",
+              "links")
 _DEFAULT_KEYS = ("rate_mbps", "delay_ms", "loss_pct", "queue_packets")
 _NODE_KEYS = tuple(f.name for f in dataclasses.fields(Node))
 _LINK_KEYS = tuple(f.name for f in dataclasses.fields(Link))
@@ -400,6 +403,8 @@ def load(path: str | Path) -> Topology:
                 raise SpecError(f"description is a {type(data['description']).__name__}; write it as text, "
                                 "e.g. description: a small fabric")
             params["description"] = data["description"]
+        if "servers" in data:
+            params["servers"] = _servers(data["servers"])
         counts = [len(data[k]) for k in ("nodes", "switches", "hosts") if isinstance(data.get(k), list | dict)]
         links_given = data.get("links")
         check_size(sum(counts), len(links_given) if isinstance(links_given, list) else 0, "the file")
@@ -411,6 +416,16 @@ def load(path: str | Path) -> Topology:
         raise SpecError(f"{path}: {exc}") from None
     log.debug("loaded %s from %s: %d nodes, %d links", topo.name, path, len(topo.nodes), len(topo.links))
     return topo
+
+
+def _servers(value: Any) -> str:
+    """A fabric file's `servers:` (where the fabric runs, as --servers takes it): 'ns:2', 'a,b' or a list."""
+    if isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value):
+        return ",".join(v.strip() for v in value)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise SpecError(f"servers: {value!r}; give ns:N (servers made of namespaces) or a list of hosts, "
+                    "e.g. servers: [localhost, gpu-node2]")
 
 
 def dump(topo: Topology, path: str | Path) -> Path:

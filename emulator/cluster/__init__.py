@@ -8,7 +8,7 @@
 - selftest: `fabriclab cluster selftest`.
 
 `new_fabric` is what commands use to bring a fabric up: a ClusterFabric when --servers (or
-FABRICLAB_SERVERS) names servers, the one-machine Fabric otherwise.
+FABRICLAB_SERVERS, or a fabric file's `servers:` key) names servers, the one-machine Fabric otherwise.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ SERVERS_ENV = "FABRICLAB_SERVERS"
 def new_fabric(topo: Topology, mode: str = "ecmp", isolation: str | None = None, **kwargs: Any) -> Any:
     from emulator.network import Fabric
 
-    servers = os.environ.get(SERVERS_ENV, "").strip()
+    # --servers (which sets the variable) wins over a fabric file's `servers:`.
+    servers = os.environ.get(SERVERS_ENV, "").strip() or str(topo.params.get("servers", "")).strip()
     if not servers:
         return Fabric(topo, mode=mode, isolation=isolation, **kwargs)
     from emulator.cluster.fabric import ClusterFabric, parse_servers

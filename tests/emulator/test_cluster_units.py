@@ -123,3 +123,29 @@ def test_a_run_across_servers_says_so_in_its_fidelity_sentence():
                     {"server_cpu_idle": {"10.99.0.2": 0.5, "10.99.0.3": 0.9}, "cross_server_links": 2}]}
     text = fidelity_sentences(doc)[0]
     assert "Across 2 servers (2 links carried by ssh tunnels)" in text and "10.99.0.2 50%, 10.99.0.3 80%" in text
+
+
+def test_a_fabric_file_can_name_its_servers(tmp_path, monkeypatch):
+    from emulator.cluster import SERVERS_ENV, new_fabric
+    from emulator.cluster.fabric import ClusterFabric
+    from emulator.network import Fabric
+    from topologies import SpecError
+    from topologies.spec import load
+
+    body = "nodes: [{name: s1, role: switch}, {name: h1, role: host}, {name: h2, role: host}]\n" \
+           "links: [{a: h1, b: s1}, {a: h2, b: s1}]\n"
+    f = tmp_path / "fab.yaml"
+    f.write_text("servers: [localhost, gpu-node2]\n" + body)
+    topo = load(f)
+    assert topo.params["servers"] == "localhost,gpu-node2"
+    monkeypatch.delenv(SERVERS_ENV, raising=False)
+    fab = new_fabric(topo)
+    assert isinstance(fab, ClusterFabric) and fab.servers.hosts == ("localhost", "gpu-node2")
+    monkeypatch.setenv(SERVERS_ENV, "ns:3")  # --servers wins
+    assert new_fabric(topo).servers.namespace_servers == 3
+    monkeypatch.delenv(SERVERS_ENV)
+    f.write_text(body)
+    assert type(new_fabric(load(f))) is Fabric
+    f.write_text("servers: 7\n" + body)
+    with pytest.raises(SpecError, match="servers: 7; give ns:N"):
+        load(f)
