@@ -50,7 +50,10 @@ def test_spray_rules_map_each_sender_ev_to_the_next_hop_it_names(spec: str) -> N
     leaf = next(s for s in topo.switches if s.role == "leaf")
     entries = rules.compute_rules(topo, "spray")[leaf.name]
     # The next-hop table's spray entries match (udp_src value, mask): the mask is the contract's EV bits.
-    spray = [dict(e.match)["udp_src"] for e in entries if "udp_src" in dict(e.match)]
+    # (Replies from the receivers' DEFAULT_PORT match it exactly and read their EV from udp_dst.)
+    spray = [dict(e.match)["udp_src"] for e in entries if isinstance(dict(e.match).get("udp_src"), tuple)]
+    replies = [dict(e.match)["udp_dst"] for e in entries if dict(e.match).get("udp_src") == contract.DEFAULT_PORT]
+    assert {mask for _, mask in replies} == {contract.NUM_EVS - 1} and len(replies) == len(spray)
     assert spray, "spray mode installs entries keyed on the UDP source port"
     assert {mask for _, mask in spray} == {contract.NUM_EVS - 1}
     for ev in range(contract.NUM_EVS):
