@@ -404,7 +404,8 @@ def load(path: str | Path) -> Topology:
                                 "e.g. description: a small fabric")
             params["description"] = data["description"]
         if "servers" in data:
-            params["servers"] = _servers(data["servers"])
+            # Not "servers": the in-server builder's own parameter counts GPU servers by that name.
+            params["run_on_servers"] = _servers(data["servers"])
         counts = [len(data[k]) for k in ("nodes", "switches", "hosts") if isinstance(data.get(k), list | dict)]
         links_given = data.get("links")
         check_size(sum(counts), len(links_given) if isinstance(links_given, list) else 0, "the file")

@@ -26,7 +26,7 @@ def new_fabric(topo: Topology, mode: str = "ecmp", isolation: str | None = None,
     from emulator.network import Fabric
 
     # --servers (which sets the variable) wins over a fabric file's `servers:`.
-    servers = os.environ.get(SERVERS_ENV, "").strip() or str(topo.params.get("servers", "")).strip()
+    servers = os.environ.get(SERVERS_ENV, "").strip() or str(topo.params.get("run_on_servers", "")).strip()
     if not servers:
         return Fabric(topo, mode=mode, isolation=isolation, **kwargs)
     from emulator.cluster.fabric import ClusterFabric, parse_servers

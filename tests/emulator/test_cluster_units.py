@@ -137,7 +137,7 @@ def test_a_fabric_file_can_name_its_servers(tmp_path, monkeypatch):
     f = tmp_path / "fab.yaml"
     f.write_text("servers: [localhost, gpu-node2]\n" + body)
     topo = load(f)
-    assert topo.params["servers"] == "localhost,gpu-node2"
+    assert topo.params["run_on_servers"] == "localhost,gpu-node2"
     monkeypatch.delenv(SERVERS_ENV, raising=False)
     fab = new_fabric(topo)
     assert isinstance(fab, ClusterFabric) and fab.servers.hosts == ("localhost", "gpu-node2")
@@ -149,3 +149,12 @@ def test_a_fabric_file_can_name_its_servers(tmp_path, monkeypatch):
     f.write_text("servers: 7\n" + body)
     with pytest.raises(SpecError, match="servers: 7; give ns:N"):
         load(f)
+
+
+def test_an_in_server_fabric_s_own_servers_count_is_not_a_server_list(monkeypatch):
+    from emulator.cluster import SERVERS_ENV, new_fabric
+    from emulator.network import Fabric
+
+    monkeypatch.delenv(SERVERS_ENV, raising=False)
+    topo = parse_spec("in-server:servers=2,gpus=4")
+    assert type(new_fabric(topo)) is Fabric
