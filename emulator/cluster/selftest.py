@@ -113,7 +113,8 @@ def run_selftest(n: int, duration: float = 4.0, progress: Callable[[Check], None
     try:
         with fab:
             up_s = time.monotonic() - t0
-            made = {"netns": list(fab.state.netns), "workdir": str(fab.workdir)} if fab.state else {}
+            made = {"netns": list(fab.state.netns), "workdir": str(fab.workdir),
+                    "run_record": str(fab.state.path)} if fab.state else {}
             versions = [fab.ssh(s, "ovs-vsctl --version | head -1").stdout.strip() for s in fab.server_names]
             check("servers", all(versions), f"{n} namespace servers, each its own sshd and Open vSwitch "
                   f"({versions[0] if versions else '?'})")
@@ -204,8 +205,6 @@ def _r(v: float | None) -> float | None:
 
 
 def _leftovers(made: dict) -> list[str]:
-    from emulator.state import STATE_DIR
-
     left = []
     existing = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
     left += [f"namespace {ns}" for ns in made.get("netns", []) if ns in existing]
@@ -216,6 +215,8 @@ def _leftovers(made: dict) -> list[str]:
     pids = subprocess.run(["pgrep", "-f", made.get("workdir") or "//none//"], capture_output=True,
                           text=True).stdout.split()
     left += [f"process {p}" for p in pids]
-    if STATE_DIR.is_dir() and any(STATE_DIR.glob("*.json")):
-        left.append("a run record in " + str(STATE_DIR))
+    # Only this run's record: a machine may hold records of other users' runs, or of runs from before
+    # a reboot of a /run that is not a tmpfs (containers); those are `fabriclab clean`'s to judge.
+    if made.get("run_record") and Path(made["run_record"]).exists():
+        left.append("its run record " + made["run_record"])
     return left
