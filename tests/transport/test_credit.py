@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from transport.core import wire
 from transport.core.config import TransportConfig
 from transport.core.credit import CreditReceiver, CreditScheduler, credit_timeout, receiver_window
-from transport.sim.fabricsim import FabricSpec, run_flows
+from transport.sim.flows import FabricSpec, run_flows
 from transport.sim.simnet import PathSpec, run_transfer
 
 from .conftest import make_pair

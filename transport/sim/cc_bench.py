@@ -1,6 +1,6 @@
 """`fabriclab bench cc`: every registered congestion controller on the same simulated work, side by side.
 
-On the two-leaf simulated fabric (transport.sim.fabricsim: 16 hosts, 8 spines, every link the same rate,
+On the two-leaf simulated fabric (transport.sim.flows: 16 hosts, 8 spines, every link the same rate,
 virtual clock, sprayed EVs), for each controller in the registry:
 
 * permutation: every host sends one sized flow to the next host (always on the other leaf);
@@ -26,7 +26,7 @@ from typing import Any
 
 from transport.core.config import TransportConfig
 from transport.core.congestion import CONTROLLERS
-from transport.sim.fabricsim import FabricSpec, FlowsResult, run_flows
+from transport.sim.flows import FabricSpec, FlowsResult, run_flows
 
 MESSAGE_SIZE = 65536  # run_flows' default: flows are cut into messages of this size
 
