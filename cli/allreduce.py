@@ -198,7 +198,7 @@ def _byte_sizes(text: str) -> list[int]:
 def _cmd_bench_collectives(args: argparse.Namespace) -> int:
     from transport.collective.plan import canonical
     from transport.sim.collsim import collective_simulated
-    from transport.sim.fabric import FabricSpec
+    from transport.sim.fabric import SwitchSpec
     from transport.sim.simnet import PathSpec
 
     names = list(COLLECTIVE_CHOICES) if args.collective == "all" else [args.collective]
@@ -214,7 +214,7 @@ def _cmd_bench_collectives(args: argparse.Namespace) -> int:
     rows, records, bad = [], [], 0
     for name in names:
         hier = name == "hierarchical"
-        fabric = FabricSpec(PathSpec(rate_bps=args.rate_mbps * 1e6, loss=args.loss),
+        fabric = SwitchSpec(PathSpec(rate_bps=args.rate_mbps * 1e6, loss=args.loss),
                             PathSpec(rate_bps=args.local_rate_mbps * 1e6, loss=args.loss) if hier else None,
                             group if hier else 1)
         for nbytes in args.sizes:

@@ -19,7 +19,7 @@ from transport.collective.report import Row, bound, bus_factor, format_rows
 from transport.collective.ring import RingWorker, make_input, ring_reference
 from transport.collective.worker import PlanWorker
 from transport.sim.collsim import SimCollectiveGroup, collective_simulated
-from transport.sim.fabric import FabricSpec, uniform
+from transport.sim.fabric import SwitchSpec, uniform
 from transport.sim.simnet import PathSpec
 
 F32 = np.float32
@@ -192,7 +192,7 @@ def test_simulated_collectives_are_bit_exact_under_loss(name: str, p: int, size:
     group = data.draw(st.sampled_from(_groups(p))) if name == "hierarchical" else 1
     fabric = uniform(1e9, **IMPAIRED)
     if group > 1:
-        fabric = FabricSpec(fabric.fabric, PathSpec(rate_bps=4e9, **IMPAIRED), group)
+        fabric = SwitchSpec(fabric.fabric, PathSpec(rate_bps=4e9, **IMPAIRED), group)
     res = collective_simulated(name, p, size, seed, group=group, fabric=fabric, iterations=2, piece_bytes=4096)
     assert res.completed and res.correct, res.mismatch
     inputs = [make_int_input(seed, r, size) for r in range(p)]
@@ -217,7 +217,7 @@ def test_simulated_collectives_recover_from_loss_for_every_rank_count(name: str)
                                                   ("all-gather", 5, 1), ("all-to-all", 6, 1),
                                                   ("hierarchical", 8, 4)])
 def test_no_collective_beats_its_bound(name: str, p: int, group: int) -> None:
-    fabric = uniform(1e9) if group == 1 else FabricSpec(PathSpec(rate_bps=1e9), PathSpec(rate_bps=4e9), group)
+    fabric = uniform(1e9) if group == 1 else SwitchSpec(PathSpec(rate_bps=1e9), PathSpec(rate_bps=4e9), group)
     res = collective_simulated(name, p, 200_000, 3, group=group, fabric=fabric)
     assert res.correct and res.bound is not None
     floor = res.bound.overlap_s if res.bound.overlap_s is not None else res.bound.total_s
@@ -338,7 +338,7 @@ def test_workload_collectives_over_the_simulated_transport(name: str, group: int
     colls = [collective(name, r, peers, nbytes, group=group, operations=3, piece_bytes=4096) for r in range(p)]
     fabric = uniform(1e9, loss=0.02, reorder=0.1, duplicate=0.01)
     if group > 1:
-        fabric = FabricSpec(fabric.fabric, PathSpec(rate_bps=4e9, loss=0.02), group)
+        fabric = SwitchSpec(fabric.fabric, PathSpec(rate_bps=4e9, loss=0.02), group)
     sim = SimCollectiveGroup(colls, fabric, seed=2)
     now = 0.0
     for _ in range(3):

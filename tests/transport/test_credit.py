@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from transport.core import wire
 from transport.core.config import TransportConfig
 from transport.core.credit import CreditReceiver, CreditScheduler, credit_timeout, receiver_window
-from transport.sim.flows import FabricSpec, run_flows
+from transport.sim.fabric import TwoLeafSpec
+from transport.sim.flows import run_flows
 from transport.sim.simnet import PathSpec, run_transfer
 
 from .conftest import make_pair
@@ -130,7 +131,7 @@ def test_a_lossy_transfer_completes_exactly(policy: str) -> None:
        policy=st.sampled_from(["spray", "single"]))
 def test_incast_queue_stays_near_the_unscheduled_windows(fan_in: int, rate: float, seed: int, policy: str) -> None:
     # Senders on the other leaf (odd hosts) than the receiver (host 0): alike paths, so fair shares show.
-    spec = FabricSpec(hosts=2 * fan_in + 1, spines=4, rate_bps=rate, queue_packets=4096)
+    spec = TwoLeafSpec(hosts=2 * fan_in + 1, spines=4, rate_bps=rate, queue_packets=4096)
     cfg = spec.config(TransportConfig(cc="credit", path_policy=policy))
     size = 40 * cfg.max_payload
     r = run_flows(cfg, spec, [(2 * i + 1, 0, size) for i in range(fan_in)], seed=seed)

@@ -1,6 +1,6 @@
 """`fabriclab bench cc`: every registered congestion controller on the same simulated work, side by side.
 
-On the two-leaf simulated fabric (transport.sim.flows: 16 hosts, 8 spines, every link the same rate,
+On the two-leaf simulated fabric (transport.sim.fabric's TwoLeafSpec: 16 hosts, 8 spines, every link the same rate,
 virtual clock, sprayed EVs), for each controller in the registry:
 
 * permutation: every host sends one sized flow to the next host (always on the other leaf);
@@ -26,7 +26,8 @@ from typing import Any
 
 from transport.core.config import TransportConfig
 from transport.core.congestion import CONTROLLERS
-from transport.sim.flows import FabricSpec, FlowsResult, run_flows
+from transport.sim.fabric import TwoLeafSpec
+from transport.sim.flows import FlowsResult, run_flows
 
 MESSAGE_SIZE = 65536  # run_flows' default: flows are cut into messages of this size
 
@@ -42,7 +43,7 @@ def _retx_percent(r: FlowsResult) -> float:
     return 100.0 * r.retransmissions / r.packets_sent if r.packets_sent else 0.0
 
 
-def permutation(config: TransportConfig, spec: FabricSpec, size: int, seed: int) -> dict[str, Any]:
+def permutation(config: TransportConfig, spec: TwoLeafSpec, size: int, seed: int) -> dict[str, Any]:
     flows = [(h, (h + 1) % spec.hosts, size) for h in range(spec.hosts)]
     r = run_flows(config, spec, flows, seed=seed)
     allowance = spec.rate_bps * config.max_payload / config.wire_packet_bytes
@@ -58,7 +59,7 @@ def permutation(config: TransportConfig, spec: FabricSpec, size: int, seed: int)
     }
 
 
-def incast(config: TransportConfig, spec: FabricSpec, fan_in: int, size: int, seed: int) -> dict[str, Any]:
+def incast(config: TransportConfig, spec: TwoLeafSpec, fan_in: int, size: int, seed: int) -> dict[str, Any]:
     flows = [(h, 0, size) for h in range(1, fan_in + 1)]
     r = run_flows(config, spec, flows, seed=seed)
     ideal = sum(wire_bytes(b, config) for b in r.flow_bytes) * 8 / spec.rate_bps
@@ -110,7 +111,7 @@ def core_us_per_packet(cc: str, total_bytes: int, runs: int) -> float:
 def run_cc_bench(quick: bool = False, controllers: list[str] | None = None, seed: int = 1,
                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     say = progress or (lambda _msg: None)
-    spec = FabricSpec()
+    spec = TwoLeafSpec()
     names = controllers or list(CONTROLLERS.names())
     perm_size = (512 if quick else 2048) * 1024
     incast_size = (256 if quick else 1024) * 1024

@@ -2,7 +2,7 @@
 
 Every rank runs the same `CollectiveRank` as a live worker (transport/io/collective.py): barrier,
 iterations checked bit for bit against numpy, drain. Each (sender, receiver) pair of the plan is one
-pair of Connections, and every pair crosses the same `SwitchFabric` (transport/sim/fabric.py), so a
+pair of Connections, and every pair crosses the same one-switch `Fabric` (transport/sim/fabric.py), so a
 rank's port is shared by all its peers as a real NIC is. Deterministic for a seed.
 
 `SimCollectiveGroup` runs a workload's `Collective` objects (transport/collective/api.py) the same way,
@@ -24,11 +24,11 @@ from transport.collective.worker import PlanWorker
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection
 from transport.core.events import MessageReceived
-from transport.sim.fabric import FabricSpec, SwitchFabric, uniform
+from transport.sim.fabric import Fabric, SwitchSpec, uniform
 from transport.sim.simnet import drive
 
 
-def _wire(plan: Plan, pairs: Sequence[tuple[int, int]], net: SwitchFabric, config: TransportConfig,
+def _wire(plan: Plan, pairs: Sequence[tuple[int, int]], net: Fabric, config: TransportConfig,
           seed: int) -> tuple[list[Connection], list, dict[tuple[int, int], Connection], dict[int, int]]:
     """Connections for every (src, dst) pair over ``net``: connection 2e sends pair e's data (at rank
     src), connection 2e+1 receives it (at rank dst). Returns the connections, drive()'s joins, the
@@ -69,7 +69,7 @@ def collective_simulated(
     seed: int = 0,
     *,
     group: int = 1,
-    fabric: FabricSpec | None = None,
+    fabric: SwitchSpec | None = None,
     config: TransportConfig | None = None,
     iterations: int = 1,
     inputs: Sequence[np.ndarray] | None = None,
@@ -90,7 +90,7 @@ def collective_simulated(
         raise ValueError(f"inputs must be {n_ranks} arrays of {size} elements")
     expected = plan.expected(inputs)
     ranks = [CollectiveRank(PlanWorker(plan, r, inputs[r], iterations)) for r in range(n_ranks)]
-    net = SwitchFabric(n_ranks, fabric, seed=seed * 7919 + 17)
+    net = Fabric(fabric, n_ranks, seed=seed * 7919 + 17)
     edges = sorted(plan.edges())
     conns, joins, send, receiver_of = _wire(plan, edges, net, config, seed)
     out_of = {r: [send[e] for e in edges if e[0] == r] for r in range(n_ranks)}
@@ -156,7 +156,7 @@ class SimCollectiveGroup:
     Connections last from one operation to the next, as a job's do: `run_operation(now)` starts the
     next operation on every rank at ``now`` and runs the network until every rank is done with it."""
 
-    def __init__(self, colls: Sequence[Collective], fabric: FabricSpec | None = None,
+    def __init__(self, colls: Sequence[Collective], fabric: SwitchSpec | None = None,
                  config: TransportConfig | None = None, seed: int = 0) -> None:
         self.colls = list(colls)
         n = len(self.colls)
@@ -164,7 +164,7 @@ class SimCollectiveGroup:
             raise ValueError("give one Collective per rank, in rank order")
         config = config or TransportConfig()
         config.validate()
-        self.net = SwitchFabric(n, fabric or uniform(1e9), seed=seed * 7919 + 29)
+        self.net = Fabric(fabric or uniform(1e9), n, seed=seed * 7919 + 29)
         pairs = sorted({(c.rank, d) for c in self.colls for d in c.sends_to})
         self.conns, self.joins, self.send, self.receiver_of = _wire(self.colls[0].worker.plan, pairs, self.net,
                                                                     config, seed)

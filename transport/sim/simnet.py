@@ -53,10 +53,12 @@ class LinkStats:
     duplicated: int = 0
     corrupted: int = 0
     reordered: int = 0
+    peak_queue: int = 0  # the most packets the queue ever held, the one in service included
 
 
-class _Link:
-    """One direction of one path."""
+class Link:
+    """One direction of one link: a path of a SimNetwork, or a hop of a simulated fabric
+    (transport/sim/fabric.py)."""
 
     def __init__(self, spec: PathSpec) -> None:
         self.spec = spec
@@ -93,6 +95,8 @@ class _Link:
             start = max(now, self.busy_until)
             self.busy_until = start + (len(data) + WIRE_OVERHEAD) * 8 / spec.rate_bps
             deps.append(self.busy_until)
+            if len(deps) > st.peak_queue:
+                st.peak_queue = len(deps)
             arrival = self.busy_until + spec.delay
             if spec.reorder and rng.random() < spec.reorder:
                 arrival += rng.random() * spec.reorder_delay
@@ -118,7 +122,7 @@ class SimNetwork:
             raise ValueError("at least one path is needed")
         self.paths = paths
         self.rng = random.Random(seed)
-        self.links = [[_Link(p) for p in paths], [_Link(p) for p in paths]]  # [from A, from B]
+        self.links = [[Link(p) for p in paths], [Link(p) for p in paths]]  # [from A, from B]
         self._heap: list[tuple[float, int, int, bytes]] = []  # (time, seq, destination, datagram)
         self._seq = 0
 
