@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 
 from cli.args import add_path_policy_argument, count_arg, nonneg_float, parse_peers, positive_float, positive_int
+from cli.worker_run import run_to_end
 from transport.collective.report import Row, format_rows
 from transport.collective.ring import DEFAULT_PIECE_BYTES, DTYPE
 from transport.core.config import DELIVERY_MODES, RECOVERY_MODES, TransportConfig
@@ -26,14 +26,13 @@ from transport.io.allreduce import (
     DEFAULT_TIMEOUT,
     EXIT_MISMATCH,
     EXIT_OK,
-    EXIT_SIGNAL,
     EXIT_USAGE,
     AllReduceError,
     UdpRingWorker,
     WorkerOptions,
 )
 from transport.io.collective import UdpCollectiveWorker
-from transport.io.endpoint import EndpointError, write_json
+from transport.io.endpoint import EndpointError
 
 COLLECTIVE_CHOICES = ("ring", "reduce-scatter", "all-gather", "all-to-all", "hierarchical")
 # `allreduce --collective` also takes the plan's all-reduce (reduce-scatter + all-gather, checked bit for
@@ -140,35 +139,10 @@ def _cmd_allreduce(args: argparse.Namespace) -> int:
         print(f"{args.prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
-    def on_signal(signum: int, _frame: object) -> None:
-        worker.stop(f"signal {signal.Signals(signum).name}")
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    code = EXIT_OK
-    try:
-        worker.run()
-        if worker.stop_reason.startswith("signal"):
-            worker.error = f"stopped by {worker.stop_reason.removeprefix('signal ')}"
-            code = EXIT_SIGNAL
-        elif not worker.correct:
-            code = EXIT_MISMATCH
-    except (AllReduceError, EndpointError) as exc:
-        worker.error = str(exc)
-        code = EXIT_USAGE
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        results = worker.results()
-        worker.close()
-        if args.json_out:
-            try:
-                write_json(results, args.json_out)
-            except OSError as exc:
-                print(f"{args.prog}: error: cannot write {args.json_out}: {exc.strerror}", file=sys.stderr)
-                code = code or EXIT_USAGE
-    if worker.error:
-        print(f"{args.prog}: error: {worker.error}", file=sys.stderr)
-    elif isinstance(worker, UdpCollectiveWorker):
+    code, results = run_to_end(worker, args, (AllReduceError, EndpointError), lambda: not worker.correct)
+    if worker.error:  # already said on stderr
+        return code
+    if isinstance(worker, UdpCollectiveWorker):
         print(collective_report(worker.rank, worker.row(), results))
     else:
         bound = results["bound_s"]

@@ -9,7 +9,6 @@ SIGTERM/SIGINT; once the options are valid the JSON is written in every case.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
 from cli.args import (
@@ -22,15 +21,14 @@ from cli.args import (
     positive_int,
     positive_seconds,
 )
+from cli.worker_run import run_to_end
 from transport.core.config import RECOVERY_MODES, TransportConfig
 from transport.core.paths import POLICIES
-from transport.io.endpoint import EndpointError, write_json
+from transport.io.endpoint import EndpointError
 from transport.io.training import (
     DEFAULT_PORT,
     DEFAULT_TIMEOUT,
-    EXIT_MISMATCH,
     EXIT_OK,
-    EXIT_SIGNAL,
     EXIT_USAGE,
     NodeOptions,
     TrainingNodeError,
@@ -153,36 +151,11 @@ def _cmd_train_node(args: argparse.Namespace) -> int:
         print(f"{args.prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
-    def on_signal(signum: int, _frame: object) -> None:
-        node.stop(f"signal {signal.Signals(signum).name}")
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    code = EXIT_OK
-    try:
-        node.run()
-        if node.stop_reason.startswith("signal"):
-            code = EXIT_SIGNAL
-            if node.rank is not None:
-                node.error = f"stopped by {node.stop_reason.removeprefix('signal ')}"
-        elif node.rank is not None and node.rank.mismatches:
-            code = EXIT_MISMATCH
-    except (TrainingNodeError, EndpointError) as exc:
-        node.error = str(exc)
-        code = EXIT_USAGE
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        results = node.results()
-        node.close()
-        if args.json_out:
-            try:
-                write_json(results, args.json_out)
-            except OSError as exc:
-                print(f"{args.prog}: error: cannot write {args.json_out}: {exc.strerror}", file=sys.stderr)
-                code = code or EXIT_USAGE
-    if node.error:
-        print(f"{args.prog}: error: {node.error}", file=sys.stderr)
-    elif node.rank is not None:
+    # A storage host may run until it is stopped: the signal is then its normal end, not an error.
+    code, _ = run_to_end(node, args, (TrainingNodeError, EndpointError),
+                         lambda: node.rank is not None and bool(node.rank.mismatches),
+                         note_signal=node.rank is not None)
+    if not node.error and node.rank is not None:
         r = node.rank
         print(f"{node.name}: {r.completed_step} steps, {len(r.rollbacks)} rollbacks, "
               f"{'correct' if not r.mismatches else f'{r.mismatches} MISMATCHES'}")

@@ -169,7 +169,9 @@ def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool)
     shaped_sw, ovs_drops = _drops(raw, topo)
     socket_drops = sum(f.get("socket_drops", 0) or 0 for f in flows)
     socket_drops += sum(f.get("receiver_socket_drops_total", 0) or 0 for f in flows)
-    outside = max(0, ovs_drops - shaped_sw) + socket_drops
+    vanished = vanished_packets(flows, raw, topo, arm)
+    entry["vanished_packets"] = vanished
+    outside = max(0, ovs_drops - shaped_sw) + socket_drops + (vanished or 0)
     _, _, npkts = window_bytes(samples)
     fid = fidelity_verdict(idle, links.switch_pps, outside, sum(npkts.values()),
                            servers_idle=raw.get("server_cpu_idle"))
@@ -254,6 +256,24 @@ def cpu_budget(raw: RawArm, topo: Topology, npkts: dict[Any, int]) -> CpuBudget 
             delivered += n
     return {"window_s": raw.get("traffic_s"), "packets_delivered": delivered, "cpu_s": window,
             "cpu_s_per_mpkt": cpu.per_million_packets(window, delivered)}
+
+
+def vanished_packets(flows: list[dict[str, Any]], raw: RawArm, topo: Topology, arm: Arm) -> int | None:
+    """Data packets the fabric lost that no shaped queue dropped: sent by a sender, never seen by its
+    receiver, beyond every drop the queues counted (a switch's receive socket that overflowed while its
+    daemon was short of CPU loses packets where neither OVS nor tc counts them).
+
+    Judged on flows whose data was all acknowledged (nothing left in flight), and not in arms that lose
+    packets on purpose (loss on a link, a cut). The queues' drops include ACKs and unfinished flows', so
+    the figure is a lower bound. None when it cannot be judged."""
+    if any(lk.loss_pct for lk in topo.links) or any(f.kind in ("loss", "link_down") for f in arm.faults):
+        return None
+    done = [f for f in flows if f.get("completed") and f.get("packets_sent") is not None
+            and f.get("datagrams_arrived") is not None]
+    if not done:
+        return None
+    lost = sum(max(0, f["packets_sent"] - f["datagrams_arrived"]) for f in done)
+    return max(0, lost - sum(_queue_drop_delta(raw).values()))
 
 
 def _queue_drop_delta(raw: RawArm) -> dict[str, int]:

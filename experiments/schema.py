@@ -113,6 +113,9 @@ class ArmResult(_ArmRequired, total=False):
     goodput_series: GoodputSeries
     cpu_budget: CpuBudget | None
     queue_drops: dict[str, int]
+    # Data packets sent and never seen by the receiver beyond what the queues dropped (results.py's
+    # vanished_packets); None where it cannot be judged (loss on purpose, unfinished flows).
+    vanished_packets: int | None
     cpu_idle: list[float]
     faults: list[AppliedFault]
     events: Any  # the controller's own event log (GET /events), None when it could not be read

@@ -348,6 +348,18 @@ def _spread(
     return actions
 
 
+def _ev_matches(ev: int, mask: int) -> tuple[tuple[int, dict[str, MatchValue]], ...]:
+    """The spray bucket `ev`'s two entries, data then reply: their priority and where each finds the EV.
+
+    Data carries it in the low bits of its source port. A reply from a receiver's port (an ACK) carries
+    the EV of the packet it answers in its destination port: sprayed by that, it goes back along its
+    data's path, and the ACKs of a flow spread as its data does. By its fixed source port alone every
+    ACK would take one path, and a dead one would stall every flow that answers through it.
+    """
+    return ((PRIO_SPRAY_BUCKET, {"udp_src": (ev, mask)}),
+            (PRIO_SPRAY_REPLY, {"udp_src": DEFAULT_PORT, "udp_dst": (ev, mask)}))
+
+
 def _next_hop_table(ports: tuple[int, ...], divisor: int, mode: str) -> list[FlowEntry]:
     set_id = next_hop_set_id(ports, divisor)
     flows = [
@@ -357,33 +369,10 @@ def _next_hop_table(ports: tuple[int, ...], divisor: int, mode: str) -> list[Flo
     if mode == "spray":
         n_buckets = spray_buckets(len(ports), divisor)
         for ev in range(n_buckets):
-            flows.append(
-                FlowEntry.make(
-                    TABLE_NEXT_HOP,
-                    PRIO_SPRAY_BUCKET,
-                    [Output(ports[spray_choice(ev, len(ports), divisor)])],
-                    metadata=set_id,
-                    eth_type=ETH_IPV4,
-                    ip_proto=IPPROTO_UDP,
-                    udp_src=(ev, n_buckets - 1),
-                )
-            )
-            # A reply from a receiver's port (an ACK) carries the EV of the packet it answers in its
-            # destination port: sprayed by that, it goes back along its data's path, and the ACKs of a
-            # flow spread as its data does. By its fixed source port alone every ACK would take one path,
-            # and a dead one would stall every flow that answers through it.
-            flows.append(
-                FlowEntry.make(
-                    TABLE_NEXT_HOP,
-                    PRIO_SPRAY_REPLY,
-                    [Output(ports[spray_choice(ev, len(ports), divisor)])],
-                    metadata=set_id,
-                    eth_type=ETH_IPV4,
-                    ip_proto=IPPROTO_UDP,
-                    udp_src=DEFAULT_PORT,
-                    udp_dst=(ev, n_buckets - 1),
-                )
-            )
+            out = [Output(ports[spray_choice(ev, len(ports), divisor)])]
+            for priority, ev_match in _ev_matches(ev, n_buckets - 1):
+                flows.append(FlowEntry.make(TABLE_NEXT_HOP, priority, out, metadata=set_id, eth_type=ETH_IPV4,
+                                            ip_proto=IPPROTO_UDP, **ev_match))
     return flows
 
 

@@ -55,8 +55,9 @@ def fidelity_verdict(idle: Iterable[float], switch_pps: float, drops_outside: in
         reasons.append(f"switches forwarded {switch_pps / 1e3:.0f} kpps, near userspace OVS's ceiling of "
                        f"~{ceiling / 1e3:.0f} kpps: lower the link rates")
     if packets > 0 and drops_outside > OUTSIDE_DROP_WARN * packets:
-        reasons.append(f"{drops_outside} packets were dropped outside the shaped queues (socket buffers or "
-                       "OVS itself): the hosts or switches could not keep up; lower the rates")
+        reasons.append(f"{drops_outside} packets were lost outside the shaped queues (socket buffers, OVS "
+                       "itself, or sent and never received with no queue dropping them): the hosts or "
+                       "switches could not keep up; lower the rates")
     return Fidelity(
         cpu_idle_min=None if lo is None else round(lo, 4),
         cpu_idle_mean=None if mean is None else round(mean, 4),

@@ -109,6 +109,11 @@ class Srd(base.ArmKind):
                 "reorder_distance": rcv.get("reorder_distance", {}),
                 "peak_reassembly_bytes": rcv.get("peak_reassembly_bytes", 0),
                 "duplicates": rcv.get("duplicates", 0),
+                # Every DATA datagram the sender put on the wire, and every one that reached the receiver
+                # (kept, duplicate or refused): their difference is what the fabric lost (results.py).
+                "packets_sent": snd.get("packets_sent"),
+                "datagrams_arrived": (None if "datagrams_seen" not in rcv
+                                      else rcv["datagrams_seen"] + (rcv.get("dropped_total") or 0)),
                 "ev_datagrams_sent": sender.get("ev_datagrams_sent", []),
                 "socket_drops": (sender.get("socket_drops") or 0),
                 "series_bps": base.rounded_series(series),

@@ -182,3 +182,40 @@ def test_traffic_ends_when_the_longest_flow_ends_not_when_endpoints_exit():
     assert traffic_ends(flows, 100.0, 5.0, 112.5) == 112.5  # never after the exit
     assert traffic_ends([{"duration_s": None}, {"duration_s": 3.0}], 100.0, 0.0, 112.5) == 112.5
     assert traffic_ends([], 100.0, 0.0, 112.5) == 112.5
+
+
+def _vanishing_raw(topo, sent: int, arrived: int, queue_drops: int, completed: bool = True):
+    raw = _raw(topo, 6e6, "spine1")
+    sender = raw["endpoints"]["send-0-h1-h2"]
+    sender["completed"] = completed
+    sender["connection"]["sender"].update(packets_sent=sent, retransmissions=sent - 1000)
+    rcv = raw["endpoints"]["recv-h2"]["connections"][0]["transport"]["receiver"]
+    rcv.update(datagrams_seen=arrived, duplicates=arrived - 1000, dropped_total=0)
+    raw["qdisc_before"] = {"leaf2-eth1": {"sent_packets": 0, "dropped": 0}}
+    raw["qdisc_after"] = {"leaf2-eth1": {"sent_packets": 1000, "dropped": queue_drops}}
+    return raw
+
+
+@pytest.mark.parametrize("sent,arrived,queue_drops,completed,vanished", [
+    (1060, 1005, 0, True, 55),    # 55 sent and never seen, no queue dropped any: the emulator lost them
+    (1060, 1005, 55, True, 0),    # every loss is a drop some queue counted
+    (1060, 1005, 70, True, 0),    # queues dropped more (ACKs too): still nothing unexplained
+    (1060, 1005, 0, False, None),  # data still in flight: not judged
+])
+def test_packets_sent_and_never_received_beyond_queue_drops_make_an_arm_untrusted(
+        sent, arrived, queue_drops, completed, vanished):
+    exp, topo = driver.prepare("ecmp-vs-spray", topo=SPEC, duration=4)
+    arm = exp.arms[1]
+    entry = results.arm_result(arm, _vanishing_raw(topo, sent, arrived, queue_drops, completed), topo, 10e6, True)
+    assert entry["vanished_packets"] == vanished
+    fid = entry["fidelity"]
+    assert fid["drops_outside_queues"] == (vanished or 0)
+    assert fid["trusted"] is not bool(vanished)
+    if vanished:
+        assert any("never received" in r for r in fid["reasons"])
+
+
+def test_vanished_packets_are_not_judged_where_the_arm_loses_packets_on_purpose():
+    exp, topo = driver.prepare("ecmp-vs-spray", topo=SPEC + ",loss=1", duration=4)
+    entry = results.arm_result(exp.arms[1], _vanishing_raw(topo, 1060, 1005, 0), topo, 10e6, True)
+    assert entry["vanished_packets"] is None
