@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -172,7 +173,7 @@ class Fabric:
 
         for phase in (self._build_mininet, self._configure_hosts, self._start_switches,
                       # After the switches: adding a port to OVS resets the interface's qdisc.
-                      self._shape_links):
+                      self._shape_links, self._size_port_buffers):
             t_phase = time.monotonic()
             phase()
             log.debug("%s took %.2f s", phase.__name__, time.monotonic() - t_phase)
@@ -373,6 +374,32 @@ class Fabric:
             raise EmulatorError(f"ovs-vsctl could not attach the switches to the controller: {out.strip()}")
         if self.topology.mtu != KERNEL_MTU:
             self._set_switch_mtu(self.topology.mtu)
+
+    def _size_port_buffers(self) -> None:
+        """Each private switch daemon's sockets get buffers that hold all its ports' shaped queues full:
+        the kernel's default holds ~200 kB of frames, and beyond it packets vanish uncounted
+        (emulator/port_buffers.py). The system's shared daemon is left as it is: its sockets outlive
+        the run and serve other bridges; the kernel datapath sends through no socket."""
+        if self.datapath != "user" or not self.isolated:
+            return
+        from emulator import port_buffers
+
+        deepest = max((lk.queue_packets or port_buffers.DEFAULT_QUEUE_PACKETS for lk in self.topology.links),
+                      default=port_buffers.DEFAULT_QUEUE_PACKETS)
+        ports = max((len(self.topology.links_of(s.name)) for s in self.topology.switches), default=1)
+        size = port_buffers.buffer_bytes(deepest, self.topology.mtu, ports)
+        # A daemon makes its send socket at its first send: one frame out of each switch first.
+        script = []
+        for s in self.topology.switches:
+            lk = self.topology.links_of(s.name)[0]
+            port = lk.a_port if lk.a == s.name else lk.b_port
+            script.append(" ".join(shlex.quote(c) for c in
+                                   port_buffers.priming_command(self.ofctl_target(s.name), port)))
+        code, out = _root_runner(["sh", "-c", " ; ".join(script)])
+        if code != 0:
+            log.debug("priming the switches' send sockets: %s", out.strip()[-300:])
+        changed = port_buffers.enlarge(self.ovs_pids(), size)
+        log.debug("%d switch sockets hold %d bytes each", changed, size)
 
     def _set_switch_mtu(self, mtu: int) -> None:
         """Jumbo frames on the switch ends: the veth itself, and OVS's port (mtu_request), whose

@@ -65,6 +65,12 @@ def ls442(fabric_factory) -> Fabric:
 
 
 @pytest.fixture
+def narrowing(fabric_factory) -> Fabric:
+    # Hosts at 50 Mb/s, the leaf's uplink at 10: a burst from h1 queues at leaf1's uplink.
+    return fabric_factory("leaf-spine:spines=1,leaves=2,hosts=1,host_rate=50,fabric_rate=10")
+
+
+@pytest.fixture
 def in_server(fabric_factory) -> Fabric:
     return fabric_factory("in-server:servers=2,gpus=8")
 
@@ -262,3 +268,23 @@ def port_rx_packets(switch: str, port: int) -> int:
     out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch, str(port)],
                          capture_output=True, text=True, check=True).stdout
     return int(out.split("rx pkts=")[1].split(",")[0])
+
+
+def test_every_switch_daemon_sends_through_a_buffer_that_holds_its_queues(narrowing):
+    from emulator import port_buffers
+
+    assert narrowing.isolated, "this machine runs the userspace datapath: one daemon per switch"
+    want = port_buffers.buffer_bytes(port_buffers.DEFAULT_QUEUE_PACKETS, narrowing.topology.mtu, 2)
+    for pid in narrowing.ovs_pids():
+        buffers = port_buffers.send_buffers(pid)
+        assert 0 in buffers, f"daemon {pid} has no send socket yet: {buffers}"
+        assert min(buffers.values()) >= want, buffers
+
+
+def test_a_queue_deeper_than_the_default_socket_buffer_loses_nothing(narrowing):
+    # 300 frames of 1400 bytes at 4000/s into a 10 Mb/s uplink: ~230 wait in its queue (limit 1000),
+    # far beyond the ~90 that the kernel's default socket buffer let userspace OVS hold, where the rest
+    # vanished uncounted.
+    res = run_probe(narrowing, "h1", "h2", packets=300, rate_pps=4000.0, size=1400)
+    assert res.packets_sent == 300
+    assert res.packets_received == 300, res
