@@ -21,7 +21,10 @@ The rules, all here:
   queues data beyond both its credit and the demand it last reported.
 * Grants: the scheduler grants one PSN at a time, round robin over the connections whose demand
   exceeds their credit, at ``credit_rate_bps`` (receiver_rate_bps, else link_rate_bps; a full-size
-  packet per grant). Arriving DATA clocks the grants: what the rate allows by then goes at once
+  packet per grant). A DATA packet shorter than full size (a message's last fragment) gives the bank
+  back the share of its grant's wire time it left unused, so the grants fill the link whatever the
+  message size (64 KiB messages in 9000-byte frames end in a third of a frame: without it, 91 % of
+  the link). Arriving DATA clocks the grants: what the rate allows by then goes at once
   (and rides in the ACK the packet gets); without arrivals a timer grants in rounds of at least
   ``pacing_quantum``. Either way only while the credit outstanding
   over all its connections (granted, up to demand, and not yet seen used: the highest PSN received)
@@ -180,8 +183,11 @@ class CreditReceiver:
         self.active = True
         self.scheduler.changed(self, now)
 
-    def on_data(self, seq: int, msg_end: int, ev: int, now: float) -> None:
-        """An accepted DATA packet of PSN ``seq`` whose message ends before ``msg_end``."""
+    def on_data(self, seq: int, msg_end: int, ev: int, now: float, short: float = 0.0) -> None:
+        """An accepted DATA packet of PSN ``seq`` whose message ends before ``msg_end``; ``short``: the
+        share of a full-size packet's wire time it did not use (a message's last fragment)."""
+        if short > 0.0:
+            self.scheduler.refund(short)
         self.last_data = now
         self.ev = ev
         if seq >= self.used:
@@ -275,6 +281,12 @@ class CreditScheduler:
                 self._tokens = math.inf
             if self._tokens >= self._batch and self.window - self.outstanding >= self._batch:
                 self._grant(now, self._touched if self.keep_touched else None)
+
+    def refund(self, packets: float) -> None:
+        """Give back to the bank the part of a grant a short packet left unused (the rules above)."""
+        if self.rate_pps:
+            t = self._tokens + packets
+            self._tokens = t if t < self._burst else self._burst
 
     def take_touched(self) -> list[CreditReceiver]:
         """The connections granted to by arrivals since the last call (whose CREDIT their driver must let

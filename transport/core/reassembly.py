@@ -72,6 +72,7 @@ class Reassembler:
         self.stats = stats
         self._events = events
         self._payload = config.max_payload
+        self._wire = config.wire_packet_bytes  # a full-size DATA packet on the link
         self._gobackn = config.recovery == "gobackn"
         self._ordered = config.delivery == "ordered"
         self._num_evs = config.num_evs
@@ -266,7 +267,8 @@ class Reassembler:
             del self._reasm[msg]
             self._complete(msg, r, now)
         if self.credit is not None:
-            self.credit.on_data(seq, first_seq + count, ev, now)
+            short = (self._payload - plen) / self._wire if plen < self._payload else 0.0
+            self.credit.on_data(seq, first_seq + count, ev, now, short)
         if completed and self._ack_on_message:
             self._queue_ack(seq, ts, ev, now)
             self._flush_ack(now)
