@@ -13,7 +13,7 @@ from experiments import arms, catalogue, overrides, plots, records, report, resu
 from experiments.analysis.placement import ideal_bps
 from experiments.model import Experiment
 from experiments.policy_arm import fault_sentences
-from experiments.runner import Reporter, RunOutcome, run_experiment
+from experiments.runner import Reporter, RunOutcome, plan_flows, run_experiment
 from experiments.schema import SCHEMA_VERSION, ResultsDocument
 from topologies import Topology, parse_spec
 
@@ -124,7 +124,10 @@ def prepare(name: str, topo: str | None = None, duration: float | None = None, s
     entry = catalogue.get(name)
     exp = overrides.with_overrides(entry.build(), topology=topo, duration=duration, seed=seed,
                                    repetitions=repetitions, arms=arms)
-    return exp, parse_spec(exp.topology)
+    topology = parse_spec(exp.topology)
+    for arm in exp.arms:  # flows the fabric cannot carry fail here, before a results directory exists
+        plan_flows(arm.workload or exp.workload, topology, exp.seed)
+    return exp, topology
 
 
 def execute(exp: Experiment, topo: Topology, out_root: Path = DEFAULT_OUT, reporter: Reporter | None = None,

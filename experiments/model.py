@@ -57,7 +57,8 @@ class Workload:
     """What the hosts send.
 
     pattern "permutation": every host sends one flow to a host on another leaf (or server), a random
-    derangement drawn from the seed; "pairs": the flows listed in `pairs`; "ring": every host takes
+    derangement drawn from the seed; "pairs": the flows listed in `pairs`; "incast": every host of the
+    fabric run on sends one flow to `receiver`; "ring": every host takes
     part in a ring (all-reduce); "matrix": the flows listed in `flows`, each with its own size and
     start (a traffic matrix, experiments.traffic). `bytes_per_flow` 0 means "as much as the duration
     allows" (the runner sizes flows from the host rate). `message_size` is the transport's message size.
@@ -65,6 +66,7 @@ class Workload:
 
     pattern: str = "permutation"
     pairs: tuple[tuple[str, str], ...] = ()
+    receiver: str = ""  # pattern "incast"
     bytes_per_flow: int = 0
     message_size: int = 65536
     # Size flows to this fraction of what the host link carries in `duration` (0 = send for the duration).

@@ -291,6 +291,11 @@ def plan_flows(w: Workload, topo: Topology, seed: int) -> list[Flow]:
         specs = [(f.src, f.dst, f.size, f.start_s) for f in w.flows]
     elif w.pattern == "pairs" and w.pairs:
         specs = [(s, d, 0, 0.0) for s, d in w.pairs]
+    elif w.pattern == "incast":
+        if w.receiver not in {h.name for h in topo.hosts}:
+            raise EmulatorError(f"the incast's receiver {w.receiver} is not a host of {topo.name}; give a "
+                                "--topo whose hosts include it")
+        specs = [(h.name, w.receiver, 0, 0.0) for h in topo.hosts if h.name != w.receiver]
     elif w.pattern == "ring":
         hosts = [h.name for h in topo.hosts]
         specs = [(h, hosts[(i + 1) % len(hosts)], 0, 0.0) for i, h in enumerate(hosts)]

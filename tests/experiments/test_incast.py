@@ -5,18 +5,29 @@ from __future__ import annotations
 
 import pytest
 
+from emulator.errors import EmulatorError
 from emulator.sampling import parse_root_backlog
+from experiments.runner import plan_flows
 from experiments.scenarios import incast
 from topologies import parse_spec
 
 
-def test_every_other_host_sends_to_the_receiver():
+@pytest.mark.parametrize("spec,fan_in", [(None, 8), ("leaf-spine:spines=2,leaves=4,hosts=4,mtu=9000", 15)])
+def test_every_other_host_of_the_fabric_run_on_sends_to_the_receiver(spec, fan_in):
     exp = incast.build()
-    topo = parse_spec(exp.topology)
-    assert exp.workload.pairs == tuple((h.name, "h1") for h in topo.hosts[1:])
-    assert len(exp.workload.pairs) == 8
+    topo = parse_spec(spec or exp.topology)
+    flows = plan_flows(exp.workload, topo, exp.seed)
+    assert [(f.src, f.dst) for f in flows] == [(h.name, "h1") for h in topo.hosts[1:]]
+    assert len(flows) == fan_in
     assert exp.extra["watch_queue"] == ["leaf1", "h1"]
     assert {a.labels["cc"] for a in exp.arms} >= {"delay", "tcp"}
+
+
+def test_an_incast_into_a_host_the_fabric_lacks_is_refused():
+    exp = incast.build()
+    topo = parse_spec("in-server:servers=2,gpus=2")  # its hosts are s1g1 ... s2g2
+    with pytest.raises(EmulatorError, match="receiver h1 is not a host"):
+        plan_flows(exp.workload, topo, exp.seed)
 
 
 def _doc(durations, drops=0):
@@ -27,8 +38,11 @@ def _doc(durations, drops=0):
     return {"arms": [arm], "extra": {"receiver": "h1"}}
 
 
+SLOW_RECEIVER = "leaf-spine:spines=2,leaves=3,hosts=3,host_rate=8,fabric_rate=16"
+
+
 def test_completion_ratio_spread_and_drops():
-    topo = parse_spec(incast.TOPOLOGY)
+    topo = parse_spec(SLOW_RECEIVER)  # the receiver's link at 8 Mb/s: the ideal below
     doc = _doc([4.2, 4.3, 4.4, 4.0, 4.1, 4.2, 4.3, 4.4], drops=5)
     an = incast.analyse(doc, topo)
     arm = doc["arms"][0]
