@@ -405,3 +405,19 @@ def test_acks_in_any_order_acknowledge_each_packet_once(acks: list[tuple[int, se
         assert h.r.una == min(h.r.sent, default=h.r.next_seq)
         assert h.r.lost_packet() is None or h.r.lost_packet().seq in h.r.sent  # type: ignore[union-attr]
     assert sum(s.acked for s in h.stats.per_ev.values()) == len(acknowledged)
+
+
+@pytest.mark.parametrize("rate_mbps", [2.0, 4.0])
+def test_a_slow_jumbo_path_whose_base_rtt_is_known_times_nothing_out_before_its_first_rtt(rate_mbps: float) -> None:
+    # 9000-byte frames at 2-4 Mb/s: 18-36 ms to cross one link, a first round trip of 40-80 ms, against
+    # the 15 ms (3 x initial_rtt) a timeout would otherwise allow before the first sample.
+    from transport.sim.simnet import PathSpec, run_transfer
+
+    path = PathSpec(rate_bps=rate_mbps * 1e6, delay=0.0005, queue_packets=256)
+    frame_s = 9014 * 8 / path.rate_bps
+    base_rtt = 2 * (frame_s + path.delay)
+    cfg = TransportConfig(mtu=8972, link_rate_bps=path.rate_bps, base_rtt=base_rtt)
+    assert cfg.rtt_guess == base_rtt > 3 * cfg.initial_rtt
+    r = run_transfer(cfg, cfg, [path], total_bytes=16 * 65536, seed=3)
+    snd = r.sender_metrics["sender"]
+    assert r.completed and snd["timeouts"] == 0 and snd["retransmissions"] == 0, snd

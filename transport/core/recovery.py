@@ -15,7 +15,9 @@ The rules, all here:
   (the holds it reports, believed up to ``max_ack_delay`` and below the round trip they are part of).
   Packets sprayed over paths of different delay are then not declared lost for arriving late.
 * RTO: srtt + 4 rttvar but at least 2 srtt and rto_min, doubled per consecutive timeout, running
-  from the oldest packet in flight or the latest ACK that acknowledged something new.
+  from the oldest packet in flight or the latest ACK that acknowledged something new. Before the
+  first RTT sample, 3 RTT guesses (``config.rtt_guess``: the fabric's base RTT when known and longer
+  than initial_rtt).
 * Spurious retransmissions, found from the echoed timestamp, undo the congestion window decrease
   and widen the reordering allowance, which narrows again after a quiet spell.
 * Go-back-N (``recovery="gobackn"``): a NAK or a timeout resends everything from the gap on.
@@ -365,12 +367,12 @@ class LossRecovery:
 
     def _reorder_allowance(self, ev: int, window: float) -> float:
         """How long after sending an overtaken packet on ``ev`` it is declared lost (before the
-        peer's ACK delay): from the EV's own RTT, else the connection's, else initial_rtt."""
+        peer's ACK delay): from the EV's own RTT, else the connection's, else the RTT guess."""
         est = self._ev_rtt.get(ev) or self.rtt
         if est.srtt is None:
             est = self.rtt
         if est.srtt is None:
-            return self.config.initial_rtt * (1 + window) * 2
+            return self.config.rtt_guess * (1 + window) * 2
         return est.srtt * (1 + window) + 2 * est.rttvar
 
     def _mark_lost(self, rec: SentPacket, now: float) -> None:
@@ -424,7 +426,7 @@ class LossRecovery:
         value = self._rto_value
         if value is None:
             c = self.config
-            value = self._rto_value = rto(self.rtt, c.initial_rtt, c.rto_min, c.rto_max, self._backoff)
+            value = self._rto_value = rto(self.rtt, c.rtt_guess, c.rto_min, c.rto_max, self._backoff)
         return value
 
     def _rto_deadline(self) -> float:
@@ -445,7 +447,7 @@ class LossRecovery:
         # behind the same queue every round.
         expired = []
         if self.rtt.srtt is None:
-            # No RTT sample yet: the timeout only guessed the RTT (from initial_rtt), and a first
+            # No RTT sample yet: the timeout only guessed the RTT (config.rtt_guess), and a first
             # window queued behind a slow link is the likelier story than its loss. Probe with the
             # oldest packet rather than resending the whole window into the same queue.
             expired.append(next(iter(self.inflight.values())))

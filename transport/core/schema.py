@@ -325,7 +325,8 @@ def base_rto_s(conn: ConnectionMetrics) -> float:
     RTT estimate and configuration, before any backoff: what one timeout costs a flow."""
     state, config = conn["state"], conn["config"]
     estimate = RttEstimator(srtt=state["srtt"], rttvar=state["rttvar"])
-    return rto(estimate, config["initial_rtt"], config["rto_min"], config["rto_max"], 0)
+    guess = max(config["initial_rtt"], config.get("base_rtt") or 0.0)  # TransportConfig.rtt_guess
+    return rto(estimate, guess, config["rto_min"], config["rto_max"], 0)
 
 
 def problems(value: Any, schema: Any, where: str = "") -> list[str]:
