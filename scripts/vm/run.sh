@@ -140,6 +140,13 @@ while kill -0 "$qemu_pid" 2>/dev/null; do
         stop_qemu
         break
     fi
+    # A guest CPU stuck in its kernel for minutes (the watchdog's soft lockup) does not come back:
+    # stop now rather than at the deadline.
+    if grep -qE 'soft lockup - CPU#[0-9]+ stuck for ([2-9][0-9]{2}|[0-9]{4,})s' "$out/console.log"; then
+        echo "vm: the guest's kernel locked up (watchdog: a CPU stuck for minutes; see $out/console.log); stopping it"
+        stop_qemu
+        break
+    fi
     sleep 1
 done
 wait "$qemu_pid" 2>/dev/null || true
