@@ -421,3 +421,19 @@ def test_a_slow_jumbo_path_whose_base_rtt_is_known_times_nothing_out_before_its_
     r = run_transfer(cfg, cfg, [path], total_bytes=16 * 65536, seed=3)
     snd = r.sender_metrics["sender"]
     assert r.completed and snd["timeouts"] == 0 and snd["retransmissions"] == 0, snd
+
+
+@pytest.mark.parametrize("rate_mbps", [4.0, 100.0])
+def test_an_overtaken_packet_may_trail_by_two_frames_on_the_link_before_it_is_lost(rate_mbps: float) -> None:
+    from transport.core.recovery import REORDER_FRAMES
+
+    plain, framed = Harness(ack_delay=0.0), Harness(ack_delay=0.0, link_rate_bps=rate_mbps * 1e6)
+    deadlines = []
+    for h in (plain, framed):
+        _sample(h, 0.010)
+        _n, sent, _ts = h.overtake()
+        t = h.r.loss_time()
+        assert t is not None
+        deadlines.append(t - sent)
+    frame_s = 8 * framed.config.wire_packet_bytes / framed.config.link_rate_bps
+    assert deadlines[1] - deadlines[0] == pytest.approx(REORDER_FRAMES * frame_s)

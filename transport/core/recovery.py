@@ -12,8 +12,11 @@ The rules, all here:
 * Loss detection is time-based and per EV (RACK-like): a packet overtaken by a later-sent,
   acknowledged packet is lost once it is older than its EV's smoothed RTT times
   (1 + reorder_window) plus twice that EV's RTT variation, plus the time the peer may hold an ACK
-  (the holds it reports, believed up to ``max_ack_delay`` and below the round trip they are part of).
-  Packets sprayed over paths of different delay are then not declared lost for arriving late.
+  (the holds it reports, believed up to ``max_ack_delay`` and below the round trip they are part of),
+  plus, when the link rate is known, REORDER_FRAMES full-size frames' time on the link: sprayed paths'
+  queues differ by whole frames, which a slow link makes long against the RTT (at 4 Mb/s a jumbo
+  frame takes 18 ms). Packets sprayed over paths of different delay are then not declared lost for
+  arriving late.
 * RTO: srtt + 4 rttvar but at least 2 srtt and rto_min, doubled per consecutive timeout, running
   from the oldest packet in flight or the latest ACK that acknowledged something new. Before the
   first RTT sample, 3 RTT guesses (``config.rtt_guess``: the fabric's base RTT when known and longer
@@ -47,6 +50,8 @@ _RETIRED_MAX = 4096
 # retransmissions, and halves again after this many smoothed RTTs without one.
 _REORDER_SCALE_MAX = 16.0
 _REORDER_DECAY_RTTS = 16.0
+# Frames a sprayed packet may trail its successors by before it is late (see the rules above).
+REORDER_FRAMES = 2
 
 
 class SentPacket:
@@ -125,6 +130,8 @@ class LossRecovery:
         # own setting (both ends normally share one) and follows the longest holds the peer
         # reports: up at once, down slowly (a fast connection fills its batches in microseconds).
         self._ack_allow = config.ack_delay
+        self._frames_allow = (REORDER_FRAMES * 8 * config.wire_packet_bytes / config.link_rate_bps
+                              if config.link_rate_bps > 0 else 0.0)
         self._max_ack_delay = max(config.max_ack_delay, config.ack_delay)
         self._backoff = 0
         # When an ACK last acknowledged something new: the RTO runs from here as well as from the
@@ -335,7 +342,7 @@ class LossRecovery:
             return  # nothing in flight was overtaken
         lost: list[SentPacket] = []
         allowance: dict[int, float] = {}
-        ack_allow = self._ack_allow
+        ack_allow = self._ack_allow + self._frames_allow
         srtt = self.rtt.srtt
         scale = self._reorder_scale
         if scale > 1.0 and now - self._reorder_since > _REORDER_DECAY_RTTS * (srtt or 0.0):
