@@ -32,7 +32,9 @@ def private_ovs_daemons() -> list[str]:
 
 
 def work_directories() -> list[str]:
-    return sorted(str(p) for p in Path(tempfile.gettempdir()).glob("fabriclab-*") if p.is_dir())
+    # `make vm-test` keeps its results in /tmp/fabriclab-vm-*, on purpose: a results folder, not a leftover.
+    return sorted(str(p) for p in Path(tempfile.gettempdir()).glob("fabriclab-*")
+                  if p.is_dir() and not p.name.startswith("fabriclab-vm-"))
 
 
 def fabric_interfaces() -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from labs import catalogue
-from tests.emulator_helpers import leftovers
+from tests.emulator_helpers import new_leftovers
 from tests.labs import shell_blocks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def test_lab_steps_run_at_smoke_size(lab, tmp_path):
             assert out.returncode == 0, (f"{block.where()} failed (exit {out.returncode}):\n{script}\n"
                                          f"--- stdout\n{out.stdout[-3000:]}\n--- stderr\n{out.stderr[-3000:]}")
     finally:
-        left = {k: v for k, v in leftovers().items() if v}
+        left = {k: v for k, v in new_leftovers().items() if v}
         if left:
             subprocess.run([sys.executable, "-m", "cli", "clean"], capture_output=True, timeout=120)
         assert not left, f"{lab.slug} left {left}"
