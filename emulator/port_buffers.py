@@ -23,6 +23,7 @@ import ctypes
 import logging
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,6 @@ log = logging.getLogger(__name__)
 
 SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
-_SYS_PIDFD_GETFD = {"x86_64": 438, "aarch64": 438}
 # skb memory one frame costs beyond its bytes (headroom, skb_shared_info, the allocator's rounding):
 # 212,992 bytes held ~92 frames of 1500 bytes (2,300 each).
 FRAME_OVERHEAD = 1024
@@ -40,7 +40,6 @@ DEFAULT_QUEUE_PACKETS = 1000
 
 @dataclass
 class PortSocket:
-    pid: int
     fd: int
     ifindex: int
 
@@ -88,58 +87,55 @@ def packet_sockets(pid: int) -> list[PortSocket]:
         if target.startswith("socket:["):
             inode = int(target[8:-1])
             if inode in by_inode:
-                out.append(PortSocket(pid, int(entry.name), by_inode[inode]))
+                out.append(PortSocket(int(entry.name), by_inode[inode]))
     return out
 
 
+# pidfd_getfd(2) has one number on every architecture (syscalls added since 5.1 share one table).
+_SYS_PIDFD_GETFD = 438
+
+
 def _pidfd_getfd(pidfd: int, fd: int) -> int:
-    nr = _SYS_PIDFD_GETFD.get(os.uname().machine)
-    if nr is None:
-        raise OSError(f"pidfd_getfd: unknown syscall number on {os.uname().machine}")
-    libc = ctypes.CDLL(None, use_errno=True)
-    got = libc.syscall(nr, pidfd, fd, 0)
+    got = ctypes.CDLL(None, use_errno=True).syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
     if got < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     return got
 
 
-def enlarge(pids: list[int], size: int, ifindexes: set[int] | None = None) -> int:
-    """Give every AF_PACKET socket of the daemons `pids` (only those bound to `ifindexes`, if given)
-    send and receive buffers of `size` bytes; returns how many sockets were changed. Failures are
-    logged, not raised: the run goes on with the kernel's default buffers, and its fidelity check
-    still counts the packets those lose."""
+def borrowed_sockets(pid: int) -> Iterator[tuple[PortSocket, socket.socket]]:
+    """Each AF_PACKET socket of process `pid`, lent to this process as a duplicate (the same socket:
+    options set on it are the daemon's); each duplicate is closed once the loop moves on."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        for ps in packet_sockets(pid):
+            dup = _pidfd_getfd(pidfd, ps.fd)
+            try:
+                sock = socket.socket(fileno=dup)
+                try:
+                    yield ps, sock
+                finally:
+                    sock.detach()
+            finally:
+                os.close(dup)
+    finally:
+        os.close(pidfd)
+
+
+def enlarge(pids: list[int], size: int) -> int:
+    """Give every AF_PACKET socket of the daemons `pids` send and receive buffers of `size` bytes;
+    returns how many sockets were changed. Failures are logged, not raised: the run goes on with the
+    kernel's default buffers, and its fidelity check still counts the packets those lose."""
     changed = 0
     for pid in pids:
         try:
-            pidfd = os.pidfd_open(pid)
+            for _ps, sock in borrowed_sockets(pid):
+                sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, size)
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, size)
+                changed += 1
         except OSError as exc:
-            log.debug("pidfd_open %d: %s", pid, exc)
-            continue
-        try:
-            for ps in packet_sockets(pid):
-                if ifindexes is not None and ps.ifindex not in ifindexes:
-                    continue
-                try:
-                    dup = _pidfd_getfd(pidfd, ps.fd)
-                except OSError as exc:
-                    log.warning("cannot enlarge the socket buffers of Open vSwitch %d's ports (%s): queues "
-                                "deeper than ~200 kB of frames will drop early", pid, exc)
-                    return changed
-                try:
-                    sock = socket.socket(fileno=dup)
-                    try:
-                        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, size)
-                        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, size)
-                        changed += 1
-                    finally:
-                        sock.detach()
-                except OSError as exc:
-                    log.debug("setsockopt on %d/%d: %s", pid, ps.fd, exc)
-                finally:
-                    os.close(dup)
-        finally:
-            os.close(pidfd)
+            log.warning("cannot enlarge the socket buffers of Open vSwitch %d's ports (%s): queues deeper "
+                        "than ~200 kB of frames will drop early", pid, exc)
     log.debug("port socket buffers of %d sockets set to %d bytes", changed, size)
     return changed
 
@@ -148,19 +144,6 @@ def send_buffers(pid: int) -> dict[int, int]:
     """Each AF_PACKET socket of process `pid`: its interface index (0: the unbound send socket) ->
     its send buffer in bytes, as the kernel reports it."""
     out: dict[int, int] = {}
-    pidfd = os.pidfd_open(pid)
-    try:
-        for ps in packet_sockets(pid):
-            dup = _pidfd_getfd(pidfd, ps.fd)
-            try:
-                sock = socket.socket(fileno=dup)
-                try:
-                    out[ps.ifindex] = min(out.get(ps.ifindex, 1 << 62),
-                                          sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
-                finally:
-                    sock.detach()
-            finally:
-                os.close(dup)
-    finally:
-        os.close(pidfd)
+    for ps, sock in borrowed_sockets(pid):
+        out[ps.ifindex] = min(out.get(ps.ifindex, 1 << 62), sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
     return out

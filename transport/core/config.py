@@ -27,6 +27,12 @@ class ConfigError(ValueError):
     """A TransportConfig field has a value the transport cannot run with."""
 
 
+def rtt_guess(initial_rtt: float, base_rtt: float) -> float:
+    """The RTT assumed before the first sample (TransportConfig.rtt_guess), from a configuration's
+    two fields: the fabric's base RTT when known and longer than initial_rtt."""
+    return base_rtt if base_rtt > initial_rtt else initial_rtt
+
+
 @dataclass
 class TransportConfig:
     mtu: int = 1400  # max UDP payload bytes per datagram (header included)
@@ -90,7 +96,7 @@ class TransportConfig:
         """The RTT assumed before the first sample: the fabric's base RTT when it is known and longer
         than initial_rtt. A 5 ms guess timed every flow out at once on slow jumbo-frame links, where one
         frame takes 18 ms a hop at 4 Mb/s."""
-        return self.base_rtt if self.base_rtt > self.initial_rtt else self.initial_rtt
+        return rtt_guess(self.initial_rtt, self.base_rtt)
 
     @property
     def wire_packet_bytes(self) -> int:

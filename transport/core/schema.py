@@ -15,6 +15,7 @@ import types
 import typing
 from typing import Any, TypedDict, is_typeddict
 
+from transport.core.config import rtt_guess
 from transport.core.rtt import RttEstimator, rto
 
 # --------------------------------------------------------------------------------------------------
@@ -325,7 +326,7 @@ def base_rto_s(conn: ConnectionMetrics) -> float:
     RTT estimate and configuration, before any backoff: what one timeout costs a flow."""
     state, config = conn["state"], conn["config"]
     estimate = RttEstimator(srtt=state["srtt"], rttvar=state["rttvar"])
-    guess = max(config["initial_rtt"], config.get("base_rtt") or 0.0)  # TransportConfig.rtt_guess
+    guess = rtt_guess(config["initial_rtt"], config.get("base_rtt") or 0.0)
     return rto(estimate, guess, config["rto_min"], config["rto_max"], 0)
 
 
