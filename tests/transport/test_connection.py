@@ -90,6 +90,28 @@ def test_ack_coalescing_within_ack_delay() -> None:
     assert len(p.acked["a"]) == 1 and p.a.idle and p.b.idle
 
 
+def test_no_ack_is_held_for_packets_arriving_further_apart_than_the_ack_delay() -> None:
+    # Paced 20 ms apart against a 10 ms hold, no packet can join a held ACK: each is answered at
+    # once (no timer, no hold reported). 1 ms apart, they are coalesced again.
+    cfg = TransportConfig(pacing=False, ack_delay=0.01, ack_batch=4)
+    p = make_pair(cfg)
+    p.a.send_message(_msg(cfg.max_payload * 12))
+    sent = p.drain("a")
+    answered = []
+    for d in sent[:6]:
+        p.deliver("a", [d])
+        answered.append(len(p.drain("b")))
+        p.now += 0.02
+    # The first two arrivals measure the gap; from then on every packet is answered as it arrives.
+    assert answered[2:] == [1, 1, 1, 1] and p.b.get_timer() is None
+    for d in sent[6:]:
+        p.now += 0.001
+        p.deliver("a", [d])
+    # Once they come closer than the hold, ACKs are coalesced again: the first of these six (21 ms
+    # after its predecessor) is answered at once, the next four together, the last one is held.
+    assert len(p.drain("b")) == 2 and p.b.get_timer() is not None
+
+
 def test_ack_batch_flushes_early() -> None:
     cfg = TransportConfig(pacing=False, ack_delay=0.01, ack_batch=4)
     p = make_pair(cfg)

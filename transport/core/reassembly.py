@@ -4,8 +4,15 @@
 acceptable under the memory caps, hands complete messages over as ``MessageReceived`` events
 (unordered, or in message-id order) and answers with ACKs: cumulative PSN, a 64-bit SACK bitmap and
 the echoed timestamp, one per packet or coalesced for up to ``ack_delay``. In go-back-N mode it takes
-only the expected PSN and sends one NAK per sequence error. Sequence numbers are unbounded ``seq``
-values as in the sender; only the wire carries them modulo 2^32.
+only the expected PSN and sends one NAK per sequence error.
+
+Sequence numbers are unbounded ``seq`` values as in the sender; only the wire carries them
+modulo 2^32.
+
+An ACK is held only for packets that can join it: when DATA has been arriving further apart than
+``ack_delay`` (the smaller of the smoothed gap between accepted packets, gain 1/8, and the latest
+gap), the next packet would come after the held ACK's deadline, so the ACK goes at once. Holding it
+would only delay the sender's clock and cost a timer.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ if TYPE_CHECKING:
 _U32 = 0xFFFFFFFF
 # Bytes a slot of a message's fragment table costs (a list entry).
 _SLOT_BYTES = 8
+# Gain of the smoothed gap between accepted DATA packets (see the rule above).
+_GAP_GAIN = 0.125
 
 
 class _Sparse(dict):
@@ -101,6 +110,9 @@ class Reassembler:
         self._ack_ts = 0
         self._ack_ev = 0
         self._ack_arrival = 0.0
+        self._last_data = -1.0  # arrival of the latest accepted DATA packet; < 0 before the first
+        self._gap_smooth = 0.0  # smoothed gap between accepted DATA packets; 0 until measured
+        self._data_gap = 0.0  # the smaller of that and the latest gap: what decides a hold
         self._ce = 0  # CE-marked DATA packets not yet echoed in an ACK
         # Receiver-driven credit (cc "credit"): told of each accepted packet, its limit rides in every ACK.
         self.credit: CreditReceiver | None = None
@@ -240,6 +252,15 @@ class Reassembler:
         if held > st.peak_reassembly_messages:
             st.peak_reassembly_messages = held
         st.data_received += 1
+        st.arrivals.add(now, plen)
+        prev = self._last_data
+        if prev >= 0.0:
+            gap = now - prev
+            g = self._gap_smooth
+            g = self._gap_smooth = gap if not g else g + (gap - g) * _GAP_GAIN
+            # The latest gap as well: packets that start coming close together are held at once.
+            self._data_gap = g if g < gap else gap
+        self._last_data = now
         if seq < self._rcv_highest:
             st.out_of_order += 1
             st.reorder_distance.append(self._rcv_highest - seq)
@@ -346,7 +367,7 @@ class Reassembler:
             self._ack_arrival = now
             self.ack_deadline = now + self._ack_delay
         self._ack_pending += 1
-        if self._ack_pending >= self._ack_batch:
+        if self._ack_pending >= self._ack_batch or self._data_gap > self._ack_delay:
             self._flush_ack(now)
 
     def _flush_ack(self, now: float) -> None:
