@@ -28,6 +28,9 @@ from topologies import Topology
 log = logging.getLogger(__name__)
 
 SERIES_BIN = 0.1  # seconds per goodput-series bin
+# Seconds per bin of the finer series (`fine_series_bps`) each flow of an arm with faults also carries:
+# recovering from a fault takes a few RTOs, tens of milliseconds, which 0.1 s bins cannot resolve.
+FINE_BIN = 0.02
 # How long endpoints may take to start (interpreter, imports, sockets) before the arm gives up.
 READY_TIMEOUT_S = 60.0
 
@@ -212,9 +215,10 @@ def _start_on_schedule(ctx: ArmContext, starts: list[tuple[float, Callable[[], N
 # Reading endpoints' output
 
 
-def rebin(start: float | None, width: float, values: list[float], t0: float, n_bins: int) -> np.ndarray:
-    """A rate series (bit/s per bin of `width` from `start`) on the SERIES_BIN grid of `n_bins` bins
-    from t0; zeros when the series never started."""
+def rebin(start: float | None, width: float, values: list[float], t0: float, n_bins: int,
+          bin_s: float = SERIES_BIN) -> np.ndarray:
+    """A rate series (bit/s per bin of `width` from `start`) on the grid of `n_bins` bins of `bin_s`
+    (SERIES_BIN unless told) from t0; zeros when the series never started."""
     out = np.zeros(n_bins)
     if start is None:
         return out
@@ -222,10 +226,10 @@ def rebin(start: float | None, width: float, values: list[float], t0: float, n_b
         if not v:
             continue
         b0 = start + i * width - t0
-        idx = int(b0 // SERIES_BIN)
+        idx = int(b0 // bin_s)
         if 0 <= idx < n_bins:
             # bytes in this source bin land in the target bin that holds its start
-            out[idx] += v * width / SERIES_BIN
+            out[idx] += v * width / bin_s
     return out
 
 

@@ -75,6 +75,7 @@ class Srd(base.ArmKind):
             for c in rm.get("connections", []):
                 by_cid[c.get("connection_id")] = c
         flows = []
+        fine_bins = round(n_bins * base.SERIES_BIN / base.FINE_BIN)
         sender: SenderMetrics
         for name, sender in base.endpoint_files(raw, "send-"):
             _, idx, src, dst = name.split("-", 3)
@@ -121,6 +122,12 @@ class Srd(base.ArmKind):
                 "path_policy_fault": conn.get("path_policy_fault"),
                 "message_size": (sender.get("workload") or {}).get("size"),
             })
+            if raw.get("faults"):
+                # From packet arrivals: messages complete too seldom for bins this fine.
+                arr = rcv.get("arrivals") or {}
+                fine = base.rebin(arr.get("start"), arr.get("bin", base.FINE_BIN), arr.get("bps", []), t0,
+                                  fine_bins, base.FINE_BIN)
+                flows[-1]["fine_series_bps"] = base.rounded_series(fine)
         if flows:
             flows[0]["receiver_socket_drops_total"] = sum((m.get("socket_drops") or 0) for _, m in receivers)
         return flows

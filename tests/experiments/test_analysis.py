@@ -100,6 +100,27 @@ def test_time_to_recover():
     assert time_to_recover(times, [10, 10, 0, 0, 0, 0], 0.15, 10) is None
 
 
+def test_failover_reads_recovery_from_the_fine_series_when_a_flow_has_one():
+    # The coarse series (0.1 s bins) says 0.3 s; the fine one (20 ms bins, from packet arrivals)
+    # says 60 ms, and that is what the analysis reports. A flow with only a coarse series keeps it.
+    from experiments.scenarios import failover
+
+    coarse = [10e6] * 30 + [0.0] * 3 + [10e6] * 30
+    fine = [10e6] * 150 + [0.0] * 3 + [10e6] * 150
+    fault = [{"kind": "link_down", "a": "leaf1", "b": "spine1", "at_s": 3.0}]
+
+    def arm(name, flow):
+        return {"name": name, "faults": fault, "goodput_series": {"bin_s": 0.1, "bps": coarse},
+                "flows": [flow]}
+
+    doc = {"arms": [arm("fine", {"series_bps": coarse, "fine_series_bps": fine, "rto_s": 0.05}),
+                    arm("coarse", {"series_bps": coarse})]}
+    an = failover.analyse(doc, None)  # type: ignore[arg-type]
+    assert an["recovery_s"]["fine"] == pytest.approx(0.06, abs=0.021)
+    assert an["recovery_s"]["coarse"] == pytest.approx(0.3, abs=0.11)
+    assert an["recovery_rtos"]["fine"] == pytest.approx(1.2, abs=0.45)
+
+
 def test_flow_recovery_from_a_goodput_series():
     # 10 Mb/s for 3 s, nothing for 0.5 s after a fault at 3 s, then 10 Mb/s again (0.1 s bins).
     series = [10e6] * 30 + [0.0] * 5 + [10e6] * 30

@@ -91,6 +91,7 @@ class ReceiverCounters(TypedDict):
     dropped_total: int
     datagrams_seen: int
     goodput: GoodputSeries
+    arrivals: GoodputSeries  # new payload bytes as packets are accepted, in the same form
 
 
 class ConnectionState(TypedDict):
