@@ -114,9 +114,15 @@ class GoodputSeries:
         self.bins: list[int] = []
 
     def add(self, now: float, nbytes: int) -> None:
-        if self.start is None:
-            self.start = now
-        i = max(0, int((now - self.start) / self.bin_width))
+        start = self.start
+        if start is None:
+            start = self.start = now
+        i = int((now - start) / self.bin_width)
+        bins = self.bins
+        if 0 <= i < len(bins):  # the common case: the latest bin or one before it
+            bins[i] += nbytes
+            return
+        i = max(0, i)
         while i >= self.max_bins:
             merged = [sum(self.bins[j : j + 2]) for j in range(0, len(self.bins), 2)]
             self.bins = merged
