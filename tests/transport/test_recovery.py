@@ -202,7 +202,10 @@ def test_rto_runs_from_the_latest_acknowledgement_of_new_data() -> None:
     assert h.stats.timeouts == 0
 
 
-def test_timeout_declares_lost_what_was_in_flight_for_half_the_rto() -> None:
+def test_first_timeout_probes_with_the_oldest_and_a_second_resends_the_round() -> None:
+    # The first timeout since progress resends only the oldest packet: a queue that outgrew the RTT
+    # estimate is likelier than a lost round. Timing out again with no progress declares lost what
+    # was in flight for more than half the (backed-off) timeout.
     h = Harness(rto_min=0.01)
     _sample(h, 0.001)
     h.send(1)
@@ -210,9 +213,29 @@ def test_timeout_declares_lost_what_was_in_flight_for_half_the_rto() -> None:
     h.send(2)
     h.now += 0.005
     h.send(3)
-    h.fire()  # rto after packet 1: packet 2 is 0.007 old (> rto / 2), packet 3 only 0.002
-    assert h.resend_lost() == [1, 2]
-    assert 3 in h.r.inflight
+    h.fire()  # rto after packet 1
+    assert h.resend_lost() == [1]
+    assert 2 in h.r.inflight and 3 in h.r.inflight
+    h.now += 0.015
+    h.send(4)
+    h.fire()  # no ACK since: 1 (resent), 2 and 3 are old, 4 was just sent
+    assert h.resend_lost() == [1, 2, 3]
+    assert 4 in h.r.inflight
+    assert h.stats.timeouts == 2
+
+
+def test_a_late_round_costs_one_probe_not_a_round() -> None:
+    # A round delayed past the RTO (an incast's queue): one packet resent, then the originals'
+    # ACKs arrive and nothing else is declared lost.
+    h = Harness(rto_min=0.01)
+    _sample(h, 0.001)
+    for seq in range(1, 9):
+        h.send(seq)
+    h.fire()
+    assert h.resend_lost() == [1]
+    h.now += 0.002
+    assert h.ack(9, 8, echo=h.records[8].ts) == list(range(1, 9))
+    assert h.stats.losses_detected == 1 and h.stats.timeouts == 1  # the probe only
 
 
 # --------------------------------------------------------------------------------- RACK detection

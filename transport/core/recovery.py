@@ -21,7 +21,10 @@ The rules, all here:
 * RTO: srtt + 4 rttvar but at least 2 srtt and rto_min, doubled per consecutive timeout, running
   from the oldest packet in flight or the latest ACK that acknowledged something new. Before the
   first RTT sample, 3 RTT guesses (``config.rtt_guess``: the fabric's base RTT when known and longer
-  than initial_rtt).
+  than initial_rtt). The first timeout since progress (and any before an RTT sample) resends only
+  the oldest packet, a probe: a queue that outgrew the estimate is likelier than a lost round, and
+  the probe's ACK lets RACK find what is really lost. A second timeout in a row declares lost
+  everything in flight for more than half the timeout.
 * Spurious retransmissions, found from the echoed timestamp, undo the congestion window decrease
   and widen the reordering allowance, which narrows again after a quiet spell.
 * Go-back-N (``recovery="gobackn"``): a NAK or a timeout resends everything from the gap on.
@@ -458,10 +461,12 @@ class LossRecovery:
         # separately would resend them in their old order and could starve the lowest PSN
         # behind the same queue every round.
         expired = []
-        if self.rtt.srtt is None:
-            # No RTT sample yet: the timeout only guessed the RTT (config.rtt_guess), and a first
-            # window queued behind a slow link is the likelier story than its loss. Probe with the
-            # oldest packet rather than resending the whole window into the same queue.
+        if self.rtt.srtt is None or not self._backoff:
+            # No RTT sample yet (the timeout only guessed the RTT, config.rtt_guess), or the first
+            # timeout since progress: a queue that grew faster than the RTT estimate is the likelier
+            # story than the loss of a whole round (an incast's queue doubles its RTT within one).
+            # Probe with the oldest packet: its ACK lets RACK find what really is lost, and what
+            # was only late is not resent. A second timeout in a row resends the round.
             expired.append(next(iter(self.inflight.values())))
         else:
             for rec in self.inflight.values():
