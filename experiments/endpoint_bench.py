@@ -161,6 +161,7 @@ class EndpointCost:
     cpu_process_s: float | None
     us_per_packet: float | None  # cpu_run_s per delivered packet
     process_us_per_packet: float | None
+    kernel_share: float | None = None  # of cpu_run_s, the part spent in the kernel
 
 
 @dataclass
@@ -187,7 +188,9 @@ def _cost(metrics: dict[str, Any], process_s: float | None, packets: int) -> End
     run = metrics.get("cpu_run_s")
     per = None if run is None or not packets else round(run / packets * 1e6, 1)
     per_proc = None if process_s is None or not packets else round(process_s / packets * 1e6, 1)
-    return EndpointCost(run, None if process_s is None else round(process_s, 4), per, per_proc)
+    kernel = metrics.get("cpu_run_kernel_s")
+    share = None if kernel is None or not run else round(min(1.0, kernel / run), 3)
+    return EndpointCost(run, None if process_s is None else round(process_s, 4), per, per_proc, share)
 
 
 class _Reaped:
@@ -196,7 +199,6 @@ class _Reaped:
 
     def __init__(self) -> None:
         self.cpu_s: dict[int, float] = {}
-        self.sys_s: dict[int, float] = {}  # the kernel's share
 
     def done(self, proc: subprocess.Popen) -> bool:
         if proc.pid in self.cpu_s:
@@ -206,7 +208,6 @@ class _Reaped:
             return False
         proc.returncode = os.waitstatus_to_exitcode(status)
         self.cpu_s[pid] = usage.ru_utime + usage.ru_stime
-        self.sys_s[pid] = usage.ru_stime
         return True
 
     def wait(self, proc: subprocess.Popen, timeout: float) -> float | None:
@@ -335,12 +336,16 @@ def _f(x: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f} %"
+
+
 def text_report(result: dict[str, Any]) -> str:
     """One row per case: µs of CPU per delivered packet for the sender, the receiver and both."""
     lines = [
         "| MTU | link | goodput | DATA / ACKs delivered | sender µs/pkt | receiver µs/pkt | endpoints µs/pkt "
-        "| per DATA pkt | whole processes µs/pkt |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| per DATA pkt | whole processes µs/pkt | in the kernel, sender / receiver |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in result["cases"]:
         s, r = c["sender"], c["receiver"]
@@ -349,7 +354,8 @@ def text_report(result: dict[str, Any]) -> str:
         lines.append(
             f"| {c['mtu']} | {c['rate_mbps']:g} Mb/s | {c['goodput_mbps']:.2f} Mb/s | {c['data_delivered']} / "
             f"{c['acks_delivered']} | {_f(s['us_per_packet'])} | {_f(r['us_per_packet'])} | "
-            f"{_f(c['endpoints_us_per_packet'])} | {_f(c['endpoints_us_per_data_packet'])} | {_f(whole)} |")
+            f"{_f(c['endpoints_us_per_packet'])} | {_f(c['endpoints_us_per_data_packet'])} | {_f(whole)} | "
+            f"{_pct(s.get('kernel_share'))} / {_pct(r.get('kernel_share'))} |")
     target = result["target_us_per_packet"]
     worst = [c["endpoints_us_per_packet"] for c in result["cases"] if c["endpoints_us_per_packet"] is not None]
     if worst:

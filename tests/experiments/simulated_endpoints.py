@@ -32,7 +32,7 @@ def sender_record(r: TransferResult, size: int) -> SenderMetrics:
     acked = snd["bytes_acked"]
     evs = conn["config"]["num_evs"]
     return {
-        "cpu_run_s": 0.0, "cpu_total_s": 0.0, "role": "sender", "destination": "10.0.0.2:7471",
+        "cpu_run_s": 0.0, "cpu_run_kernel_s": 0.0, "cpu_total_s": 0.0, "role": "sender", "destination": "10.0.0.2:7471",
         "connection_id": conn["connection_id"], "completed": r.completed and acked == size,
         "stop_reason": "completed" if r.completed else "duration", "duration": fct, "bytes": acked,
         "bytes_submitted": size, "goodput_bps": 8 * acked / fct, "messages": snd["messages_acked"],
@@ -62,7 +62,7 @@ def receiver_record(results: list[TransferResult]) -> ReceiverMetrics:
     nbytes = sum(c["bytes"] for c in conns)
     duration = max((r.duration for r in results), default=0.0)
     return {
-        "cpu_run_s": 0.0, "cpu_total_s": 0.0, "role": "receiver", "listen": "10.0.0.2:7471",
+        "cpu_run_s": 0.0, "cpu_run_kernel_s": 0.0, "cpu_total_s": 0.0, "role": "receiver", "listen": "10.0.0.2:7471",
         "stop_reason": "expected bytes", "duration": duration, "wall_time": duration, "bytes": nbytes,
         "goodput_bps": 8 * nbytes / duration if duration else 0.0, "messages": sum(c["messages"] for c in conns),
         "datagrams_received": sum(c["datagrams"] for c in conns), "datagrams_sent": 0, "pps_received": 0.0,

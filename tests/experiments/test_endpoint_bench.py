@@ -31,6 +31,7 @@ def test_one_run_over_loopback_counts_packets_and_cpu() -> None:
         assert side.us_per_packet == pytest.approx(side.cpu_run_s / (r.data_delivered + r.acks_delivered) * 1e6,
                                                    rel=0.01)
         assert side.cpu_process_s is not None and side.cpu_process_s >= side.cpu_run_s
+        assert side.kernel_share is not None and 0.0 <= side.kernel_share <= 1.0
     assert r.endpoints_us_per_packet == pytest.approx(r.sender.us_per_packet + r.receiver.us_per_packet, abs=0.2)
     text = eb.text_report({"target_us_per_packet": eb.TARGET_US_PER_PACKET, "cases": [eb.asdict(r)]})
     assert f"| {r.sender.us_per_packet:.1f} | {r.receiver.us_per_packet:.1f} |" in text

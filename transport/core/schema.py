@@ -150,6 +150,7 @@ class SenderMetrics(TypedDict):
     """`fabriclab srd send --json-out`: one connection to one receiver."""
 
     cpu_run_s: float
+    cpu_run_kernel_s: float  # of which in the kernel
     cpu_total_s: float
     role: str
     destination: str
@@ -201,6 +202,7 @@ class ReceiverMetrics(TypedDict):
     """`fabriclab srd recv --json-out`: every connection that reached one listening port."""
 
     cpu_run_s: float
+    cpu_run_kernel_s: float  # of which in the kernel
     cpu_total_s: float
     role: str
     listen: str

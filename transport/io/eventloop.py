@@ -293,6 +293,7 @@ class EventLoop:
         self.finished = 0.0
         self._cpu_started: float | None = None  # process CPU seconds when the loop started / ended
         self._cpu_finished: float | None = None
+        self._sys_started = self._sys_finished = 0.0  # of which in the kernel (os.times().system)
         self._next_progress = 0.0
         self._recv_size = max(65535, config.mtu + 64)
 
@@ -338,6 +339,7 @@ class EventLoop:
         wake_fd = self._wake_fd
         self.started = mono()
         self._cpu_started = time.process_time()
+        self._sys_started = os.times().system
         deadline = self.started + self.duration if self.duration else None
         self._next_progress = self.started + self.progress_interval
         now = self.started
@@ -399,10 +401,15 @@ class EventLoop:
         finally:
             self.finished = mono()
             self._cpu_finished = time.process_time()
+            self._sys_finished = os.times().system
 
     def cpu_metrics(self) -> dict[str, float]:
         """CPU seconds of this process: while the loop ran (the traffic), and in all (start-up too)."""
         end = self._cpu_finished if self._cpu_finished is not None else time.process_time()
         start = self._cpu_started if self._cpu_started is not None else end
+        sys_end = self._sys_finished if self._cpu_finished is not None else os.times().system
         return {"cpu_run_s": round(end - start, 4),
+                # The kernel's part: system calls, and what sending a datagram runs in the sender's
+                # context (the veth or loopback delivery, the shaped queue, waking the next hop).
+                "cpu_run_kernel_s": round(max(0.0, sys_end - self._sys_started), 4),
                 "cpu_total_s": round(time.process_time(), 4)}
