@@ -58,13 +58,21 @@ def nft_table_name(intf: str) -> str:
     return NFT_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", intf)
 
 
-def _burst_kb(rate_mbps: float) -> int:
-    # About one millisecond's worth of bytes, at least 15 kB: keeps HTB accurate at low and high rates.
-    return max(15, int(rate_mbps / 8))
+# The fewest bytes a shaped link's token bucket holds: two standard frames.
+MIN_BURST_BYTES = 3000
+
+
+def burst_bytes(rate_mbps: float) -> int:
+    """The token bucket of a link shaped to `rate_mbps`: one millisecond's worth of bytes, at least two
+    standard frames. A real link never sends faster than its rate; what the bucket holds leaves at the
+    veth's speed after an idle spell, so a deep bucket (15 kB was 10 frames, 20 ms at 6 Mb/s) turned a
+    paced flow into bursts. HTB sends a frame larger than the bucket all the same (its tokens go
+    negative and refill), so jumbo frames keep their rate."""
+    return max(MIN_BURST_BYTES, int(rate_mbps * 125))  # 125 bytes per ms per Mb/s
 
 
 def rate_change_command(intf: str, rate_mbps: float) -> list[str]:
-    burst = f"{_burst_kb(rate_mbps)}k"
+    burst = str(burst_bytes(rate_mbps))
     return ["tc", "class", "change", "dev", intf, "parent", HTB_HANDLE, "classid", HTB_CLASS, "htb",
             "rate", f"{rate_mbps}mbit", "burst", burst, "cburst", burst]
 
@@ -75,10 +83,10 @@ def shape_commands(intf: str, imp: Impairment, *, netem: bool) -> list[list[str]
     parent = "root"
     if imp.rate_mbps:
         cmds.append(["tc", "qdisc", "add", "dev", intf, "root", "handle", HTB_HANDLE, "htb", "default", "1"])
-        burst_kb = _burst_kb(imp.rate_mbps)
+        burst = str(burst_bytes(imp.rate_mbps))
         cmds.append(
             ["tc", "class", "add", "dev", intf, "parent", HTB_HANDLE, "classid", HTB_CLASS, "htb",
-             "rate", f"{imp.rate_mbps}mbit", "burst", f"{burst_kb}k", "cburst", f"{burst_kb}k"]
+             "rate", f"{imp.rate_mbps}mbit", "burst", burst, "cburst", burst]
         )
         parent = f"parent {HTB_CLASS}"
     wants_netem = imp.delay_ms > 0 or (imp.loss_pct > 0 and netem)

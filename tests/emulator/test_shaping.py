@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from emulator.errors import EmulatorError
-from emulator.shaping import Impairment, InterfaceShaper, red_ecn_args, shape_commands
+from emulator.shaping import MIN_BURST_BYTES, Impairment, InterfaceShaper, burst_bytes, red_ecn_args, shape_commands
 
 
 def qdisc_adds(cmds: list[list[str]]) -> list[list[str]]:
@@ -17,6 +17,17 @@ def test_rate_delay_and_loss_stack_netem_under_htb():
     assert [c[5:8] for c in adds] == [["root", "handle", "5:"], ["parent", "5:1", "handle"]]
     netem = adds[1][adds[1].index("netem"):]
     assert netem == ["netem", "delay", "2.0ms", "loss", "1.0%", "limit", "1000"]
+
+
+@pytest.mark.parametrize("rate", [1.0, 6.0, 24.0, 100.0, 1000.0])
+def test_the_token_bucket_holds_a_millisecond_and_at_least_two_frames(rate):
+    # A deep bucket sends what it holds at the veth's speed after an idle spell: a paced flow at
+    # 6 Mb/s left in bursts of 10 frames. One millisecond's worth, never under two standard frames.
+    b = burst_bytes(rate)
+    assert b == max(MIN_BURST_BYTES, round(rate * 1e6 / 8 / 1000))
+    assert b >= 2 * 1500
+    htb = next(c for c in shape_commands("x", Impairment(rate_mbps=rate), netem=False) if "class" in c)
+    assert htb[htb.index("burst") + 1] == htb[htb.index("cburst") + 1] == str(b)
 
 
 def test_ecn_puts_red_under_htb_and_the_leaf_under_red():
