@@ -58,6 +58,16 @@ def _number(name: str, got: Any, call: str) -> Check | None:
     return grading.failed(name, f"{call} returned {got!r:.60}, expected a number of seconds")
 
 
+def _sync_write_s(r: TrainSimResult) -> float:
+    """How long a synchronous checkpoint keeps the job: until the last rank's write is in, averaged over
+    the checkpoints. Not the stall charged to a step, which is the last rank to start the step's: the
+    far link serves the ranks' writes unevenly (0.6 s to 2.3 s of one checkpoint), so that rank's own
+    write can be any of them."""
+    per_rank = [rep.get("checkpoint_times_s", []) for rep in r.reports]
+    rounds = list(zip(*per_rank, strict=False))
+    return sum(max(times) for times in rounds) / len(rounds) if rounds else 0.0
+
+
 def check_sync(mod: ModuleType) -> list[Check]:
     name = "sync_checkpoint_stall"
     got, err = grading.call(mod, name, RANKS, CKPT_BYTES, FAR_BPS)
@@ -66,20 +76,20 @@ def check_sync(mod: ModuleType) -> list[Check]:
     call = f"{name}({RANKS}, {CKPT_BYTES}, {FAR_BPS:g})"
     if bad := _number(name, got, call):
         return [bad]
-    s = _sim().summary
-    measured = s["checkpoint_stall_s"] / s["checkpoints"]
+    measured = _sync_write_s(_sim())
     ratio = measured / got if got > 0 else None
     ok = ratio is not None and 0.9 <= ratio <= 1.3
-    return [grading.holds(name, ok, f"{call} = {got:.2f} s; the simulated job stalled {measured:.2f} s per checkpoint "
-                          f"({ratio:.2f}x: the transport's headers and start-up on top)" if ok else "",
-                          f"{call} = {got:.4g} s; the simulated job stalled {measured:.2f} s per checkpoint "
-                          "(expected 0.9x to 1.3x your figure: every rank's bytes cross the one far link)")]
+    return [grading.holds(name, ok, f"{call} = {got:.2f} s; the simulated job's last write of a checkpoint was in "
+                          f"after {measured:.2f} s ({ratio:.2f}x: the transport's headers and start-up on top)"
+                          if ok else "",
+                          f"{call} = {got:.4g} s; the simulated job's last write of a checkpoint was in after "
+                          f"{measured:.2f} s (expected 0.9x to 1.3x your figure: every rank's bytes cross the one "
+                          "far link)")]
 
 
 def check_async(mod: ModuleType) -> list[Check]:
     name = "async_checkpoint_stall"
-    sync = _sim().summary
-    write = sync["checkpoint_stall_s"] / sync["checkpoints"]
+    write = _sync_write_s(_sim())
     checks = []
     for every, steps in ((1, 6), (4, 8)):
         s = _sim(every, "async", steps).summary

@@ -242,9 +242,8 @@ def test_a_late_round_costs_one_probe_not_a_round() -> None:
 
 
 def _allowance(h: Harness, est: RttEstimator, scale: float = 1.0) -> float:
-    """The EV's allowance, but never below the connection's."""
     w = h.config.reorder_window * scale
-    return max(e.srtt * (1 + w) + 2 * e.rttvar for e in (est, h.r.rtt))  # type: ignore[operator]
+    return est.srtt * (1 + w) + 2 * est.rttvar  # type: ignore[operator]
 
 
 def test_overtaken_packet_is_lost_only_after_its_evs_reordering_allowance() -> None:
@@ -262,23 +261,6 @@ def test_overtaken_packet_is_lost_only_after_its_evs_reordering_allowance() -> N
     assert h.policy.named("loss") == [(0, h.now)]
     # The loss is reported with the share of the window that was on the EV that lost: all of it.
     assert h.cc.named("loss") == [(h.now, 1.0)]
-
-
-def test_an_ev_sampled_rarely_gets_at_least_the_connections_allowance() -> None:
-    # Coalesced ACKs echo one packet per batch, so with sprayed EVs some are sampled rarely: EV 0's
-    # one early sample (1 ms) must not declare its packets lost while the paths now take 5 ms.
-    h = Harness(rto_min=1.0)
-    _sample(h, 0.001)  # EV 0, once
-    for _ in range(20):
-        seq = h.r.next_seq
-        h.send(seq, ev=2)
-        h.now += 0.005
-        assert h.ack(seq + 1, seq) == [seq]
-    ev0, conn = h.r._ev_rtt[0], h.r.rtt
-    assert ev0.srtt == pytest.approx(0.001) and conn.srtt > 0.004  # type: ignore[operator]
-    _, sent_at, _ = h.overtake(gap=0.0001)
-    w = h.config.reorder_window
-    assert h.r.loss_time() == pytest.approx(sent_at + conn.srtt * (1 + w) + 2 * conn.rttvar)  # type: ignore[operator]
 
 
 def test_packets_not_overtaken_are_never_declared_lost_by_rack() -> None:

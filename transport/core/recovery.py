@@ -11,13 +11,12 @@ The rules, all here:
   and one per EV for loss detection.
 * Loss detection is time-based and per EV (RACK-like): a packet overtaken by a later-sent,
   acknowledged packet is lost once it is older than its EV's smoothed RTT times (1 + reorder_window)
-  plus twice that EV's RTT variation (the connection's, where that is longer: a coalesced ACK echoes
-  one packet of its batch, so some EVs' estimates are rare and stale), plus the time the peer may
-  hold an ACK (the holds it reports, believed up to ``max_ack_delay`` and below the round trip they
-  are part of), plus, when the link rate is known, REORDER_FRAMES full-size frames' time on the
-  link: sprayed paths' queues differ by whole frames, which a slow link makes long against the RTT
-  (at 4 Mb/s a jumbo frame takes 18 ms). Packets sprayed over paths of different delay are then not
-  declared lost for arriving late.
+  plus twice that EV's RTT variation (the connection's before the EV has a sample), plus the time
+  the peer may hold an ACK (the holds it reports, believed up to ``max_ack_delay`` and below the
+  round trip they are part of), plus, when the link rate is known, REORDER_FRAMES full-size frames'
+  time on the link: sprayed paths' queues differ by whole frames, which a slow link makes long
+  against the RTT (at 4 Mb/s a jumbo frame takes 18 ms). Packets sprayed over paths of different
+  delay are then not declared lost for arriving late.
 * RTO: srtt + 4 rttvar but at least 2 srtt and rto_min, doubled per consecutive timeout, running
   from the oldest packet in flight or the latest ACK that acknowledged something new. Before the
   first RTT sample, 3 RTT guesses (``config.rtt_guess``: the fabric's base RTT when known and longer
@@ -379,16 +378,12 @@ class LossRecovery:
     def _reorder_allowance(self, ev: int, window: float) -> float:
         """How long after sending an overtaken packet on ``ev`` it is declared lost (before the
         peer's ACK delay): from the EV's own RTT, else the connection's, else the RTT guess."""
-        conn = self.rtt
-        if conn.srtt is None:
+        est = self._ev_rtt.get(ev) or self.rtt
+        if est.srtt is None:
+            est = self.rtt
+        if est.srtt is None:
             return self.config.rtt_guess * (1 + window) * 2
-        a = conn.srtt * (1 + window) + 2 * conn.rttvar
-        est = self._ev_rtt.get(ev)
-        if est is not None and est.srtt is not None:
-            b = est.srtt * (1 + window) + 2 * est.rttvar
-            if b > a:
-                return b
-        return a
+        return est.srtt * (1 + window) + 2 * est.rttvar
 
     def _mark_lost(self, rec: SentPacket, now: float) -> None:
         self.inflight.pop(rec.seq, None)
