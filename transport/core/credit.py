@@ -151,6 +151,7 @@ class CreditReceiver:
         "grants",
         "last_data",
         "owner",
+        "queued",
         "scheduler",
         "used",
         "written_off",
@@ -164,6 +165,7 @@ class CreditReceiver:
         self.ev = 0  # EV of the latest DATA packet: where CREDIT goes
         self.dirty = False
         self.active = False  # seen any DATA or REQUEST: only then does it count toward the window
+        self.queued = False  # in the scheduler's queue of connections wanting credit
         self._counted = 0  # this connection's share of the scheduler's outstanding total
         self.grants = 0
         self.written_off = 0
@@ -222,7 +224,6 @@ class CreditScheduler:
         self.outstanding = 0
         self._members: set[CreditReceiver] = set()
         self._wanting: deque[CreditReceiver] = deque()
-        self._in_wanting: set[CreditReceiver] = set()
         # Tokens (packets) bank at the rate up to one round's worth, so a late wake-up does not lose rate.
         self._burst = self.rate_pps * quantum + 1.0
         # Arrivals grant once this many PSNs are due (half a round, or a quarter of the window unpaced),
@@ -250,8 +251,8 @@ class CreditScheduler:
         self._members.discard(rx)
         self.outstanding -= rx._counted
         rx._counted = 0
-        if rx in self._in_wanting:
-            self._in_wanting.discard(rx)
+        if rx.queued:
+            rx.queued = False
             self._wanting.remove(rx)
 
     def changed(self, rx: CreditReceiver, now: float) -> None:
@@ -269,14 +270,20 @@ class CreditScheduler:
         rx._counted = share
         if share and self._next_check is None:
             self._next_check = now + self.timeout / 2
-        if demand > granted and rx not in self._in_wanting:
-            self._in_wanting.add(rx)
+        if demand > granted and not rx.queued:
+            rx.queued = True
             self._wanting.append(rx)
         if self._wanting and self.outstanding < self.window:
             # Arrivals clock the grants: what the rate allows by now goes at once, so the ACK this
             # packet is about to get carries it, and no timer has to wake the receiver for it.
-            if self.rate_pps:
-                self._refill(now)
+            rate = self.rate_pps
+            if rate:
+                # _refill(now), inlined: this runs for every DATA packet.
+                last = self._last
+                if now > last:
+                    t = self._tokens + (now - last) * rate
+                    self._tokens = t if t < self._burst else self._burst
+                    self._last = now
             else:
                 self._tokens = math.inf
             if self._tokens >= self._batch and self.window - self.outstanding >= self._batch:
@@ -331,7 +338,6 @@ class CreditScheduler:
         """Round robin while tokens and the window allow: each turn gives a connection an equal part of
         what is left to grant (at least one PSN, at most what it still wants)."""
         wanting = self._wanting
-        in_wanting = self._in_wanting
         room = self.window - self.outstanding
         tokens = self._tokens
         n = room if room < tokens else int(tokens)
@@ -358,7 +364,7 @@ class CreditScheduler:
             if rx.demand > rx.granted:
                 wanting.append(rx)
             else:
-                in_wanting.discard(rx)
+                rx.queued = False
         if self._next_check is None and self.outstanding:
             self._next_check = now + self.timeout / 2
         if not self.rate_pps:
