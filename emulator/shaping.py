@@ -71,10 +71,15 @@ def burst_bytes(rate_mbps: float) -> int:
     return max(MIN_BURST_BYTES, int(rate_mbps * 125))  # 125 bytes per ms per Mb/s
 
 
-def rate_change_command(intf: str, rate_mbps: float) -> list[str]:
+def _htb_class(verb: str, intf: str, rate_mbps: float) -> list[str]:
+    """`tc class add|change` of the link's one HTB class: its rate and token bucket."""
     burst = str(burst_bytes(rate_mbps))
-    return ["tc", "class", "change", "dev", intf, "parent", HTB_HANDLE, "classid", HTB_CLASS, "htb",
+    return ["tc", "class", verb, "dev", intf, "parent", HTB_HANDLE, "classid", HTB_CLASS, "htb",
             "rate", f"{rate_mbps}mbit", "burst", burst, "cburst", burst]
+
+
+def rate_change_command(intf: str, rate_mbps: float) -> list[str]:
+    return _htb_class("change", intf, rate_mbps)
 
 
 def shape_commands(intf: str, imp: Impairment, *, netem: bool) -> list[list[str]]:
@@ -83,11 +88,7 @@ def shape_commands(intf: str, imp: Impairment, *, netem: bool) -> list[list[str]
     parent = "root"
     if imp.rate_mbps:
         cmds.append(["tc", "qdisc", "add", "dev", intf, "root", "handle", HTB_HANDLE, "htb", "default", "1"])
-        burst = str(burst_bytes(imp.rate_mbps))
-        cmds.append(
-            ["tc", "class", "add", "dev", intf, "parent", HTB_HANDLE, "classid", HTB_CLASS, "htb",
-             "rate", f"{imp.rate_mbps}mbit", "burst", burst, "cburst", burst]
-        )
+        cmds.append(_htb_class("add", intf, imp.rate_mbps))
         parent = f"parent {HTB_CLASS}"
     wants_netem = imp.delay_ms > 0 or (imp.loss_pct > 0 and netem)
     if wants_netem:

@@ -62,8 +62,8 @@ def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
         b = a["goodput_series"]["bin_s"]
         recs = []
         for f in a["flows"]:
-            # The finer series where the arm kind keeps one (the transport's), smoothed over as long as
-            # the coarse one's two bins would be too coarse for a recovery of a few RTOs.
+            # The fine series where the arm kind keeps one (the transport's): 0.1 s bins cannot resolve
+            # a recovery of a few RTOs.
             if f.get("fine_series_bps"):
                 r = flow_recovery(f["fine_series_bps"], FINE_BIN, ft, smooth=FINE_SMOOTH)
             else:

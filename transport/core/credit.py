@@ -276,14 +276,8 @@ class CreditScheduler:
         if self._wanting and self.outstanding < self.window:
             # Arrivals clock the grants: what the rate allows by now goes at once, so the ACK this
             # packet is about to get carries it, and no timer has to wake the receiver for it.
-            rate = self.rate_pps
-            if rate:
-                # _refill(now), inlined: this runs for every DATA packet.
-                last = self._last
-                if now > last:
-                    t = self._tokens + (now - last) * rate
-                    self._tokens = t if t < self._burst else self._burst
-                    self._last = now
+            if self.rate_pps:
+                self._refill(now)
             else:
                 self._tokens = math.inf
             if self._tokens >= self._batch and self.window - self.outstanding >= self._batch:

@@ -253,14 +253,15 @@ class Reassembler:
             st.peak_reassembly_messages = held
         st.data_received += 1
         st.arrivals.add(now, plen)
-        prev = self._last_data
-        if prev >= 0.0:
-            gap = now - prev
-            g = self._gap_smooth
-            g = self._gap_smooth = gap if not g else g + (gap - g) * _GAP_GAIN
-            # The latest gap as well: packets that start coming close together are held at once.
-            self._data_gap = g if g < gap else gap
-        self._last_data = now
+        if self._ack_delay > 0:  # the gap decides holds only (see the rule above)
+            prev = self._last_data
+            if prev >= 0.0:
+                gap = now - prev
+                g = self._gap_smooth
+                g = self._gap_smooth = gap if not g else g + (gap - g) * _GAP_GAIN
+                # The latest gap as well: packets that start coming close together are held at once.
+                self._data_gap = g if g < gap else gap
+            self._last_data = now
         if seq < self._rcv_highest:
             st.out_of_order += 1
             st.reorder_distance.append(self._rcv_highest - seq)
