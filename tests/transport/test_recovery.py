@@ -35,16 +35,23 @@ class Recorder:
         return [c[1:] for c in self.calls if c[0] == name]
 
 
+class SteeringRecorder(Recorder):
+    """A path policy stand-in that steers, so it is also told of packets overdue (on_suspect)."""
+
+    def on_suspect(self, *args: float) -> None:
+        self.calls.append(("suspect", *args))
+
+
 class Harness:
     """A LossRecovery with recorders around it and a clock moved by hand."""
 
-    def __init__(self, **config: object) -> None:
+    def __init__(self, policy: Recorder | None = None, **config: object) -> None:
         cfg = dict(initial_rtt=0.005, rto_min=0.005, rto_max=1.0, reorder_window=0.25)
         cfg.update(config)
         self.config = TransportConfig(**cfg)  # type: ignore[arg-type]
         self.rtt = RttEstimator()
         self.cc = Recorder()
-        self.policy = Recorder()
+        self.policy = policy if policy is not None else SteeringRecorder()
         self.stats = Stats()
         self.r = LossRecovery(self.config, self.rtt, self.cc, self.policy, self.stats)  # type: ignore[arg-type]
         self.now = 0.0
@@ -261,6 +268,32 @@ def test_overtaken_packet_is_lost_only_after_its_evs_reordering_allowance() -> N
     assert h.policy.named("loss") == [(0, h.now)]
     # The loss is reported with the share of the window that was on the EV that lost: all of it.
     assert h.cc.named("loss") == [(h.now, 1.0)]
+
+
+def test_an_overtaken_packet_a_round_trip_old_is_overdue_to_the_policy_before_it_is_lost() -> None:
+    h = Harness(rto_min=1.0)
+    _sample(h, 0.002)  # EV 0: srtt 2 ms, rttvar 1 ms, so the loss deadline is 4.5 ms after sending
+    n, _, _ = h.overtake(gap=0.0025)
+    # A round trip and more after it left, a later packet on another EV is acknowledged and it is not:
+    # the policy hears that EV 0 is overdue; nothing is lost, retransmitted or cut yet.
+    assert h.policy.named("suspect") == [(0, h.now)]
+    assert h.policy.named("loss") == [] and h.cc.named("loss") == [] and h.r.lost_packet() is None
+    h.fire()
+    assert h.r.lost_packet() is h.records[n] and h.policy.named("loss") == [(0, h.now)]
+
+
+def test_an_overtaken_packet_younger_than_its_evs_rtt_is_not_overdue() -> None:
+    h = Harness(rto_min=1.0)
+    _sample(h, 0.002)
+    h.overtake(gap=0.0015)
+    assert h.policy.named("suspect") == []
+
+
+def test_a_policy_without_the_overdue_hook_is_not_asked() -> None:
+    h = Harness(policy=Recorder(), rto_min=1.0)  # spray and single-path have no on_suspect
+    _sample(h, 0.002)
+    h.overtake(gap=0.0025)
+    assert h.policy.calls and h.policy.named("suspect") == [] and h.r.lost_packet() is None
 
 
 def test_packets_not_overtaken_are_never_declared_lost_by_rack() -> None:

@@ -1,8 +1,9 @@
 """Path (entropy value) policies: which EV each packet is sent on, and per-EV feedback.
 
 The connection asks ``next_ev(now, avoid=...)`` for every transmission and reports per-EV
-outcomes (``on_ack``, ``on_loss``, ``on_timeout``), the shape of the UEC simulator's
-``nextEntropy()`` / ``processEv()``. The EV becomes the UDP source port, which the fabric hashes
+outcomes (``on_ack``, ``on_loss``, ``on_timeout``, and, to a policy that has it, ``on_suspect`` for
+a packet overdue but not yet lost), the shape of the UEC simulator's ``nextEntropy()`` /
+``processEv()``. The EV becomes the UDP source port, which the fabric hashes
 (ECMP) or maps to an uplink (spray).
 """
 
@@ -95,9 +96,13 @@ class Adaptive:
     too, for half as long and softly: the median, not the best, because queueing that every path shares
     (the sender's own window, a last hop all paths end on) inflates every EV alike and says nothing
     about one path, and judged against the best EV most of them looked slow and were benched, leaving
-    one or two EVs to carry everything. When every EV is benched, the softly benched (slow, not losing)
-    ones carry the traffic before any benched for loss; the cool-down scales with the best RTT so the
-    policy behaves the same on slow and fast fabrics.
+    one or two EVs to carry everything. An EV with a packet overdue (``on_suspect``: later packets on
+    other EVs were acknowledged, this one not, a round trip on) gets no new packets for
+    ``suspect_rtts`` best RTTs, without counting as an offence: a dead path's packets are declared lost
+    only a reordering allowance later, and until then each EV it owns would go on taking its share.
+    When every EV is benched or overdue, the softly benched (slow or overdue, not losing) ones carry
+    the traffic before any benched for loss; the cool-down scales with the best RTT so the policy
+    behaves the same on slow and fast fabrics.
     """
 
     name = "adaptive"
@@ -111,6 +116,7 @@ class Adaptive:
         min_cooldown: float = 0.002,
         rtt_factor: float = 2.0,
         max_backoff: int = 64,
+        suspect_rtts: float = 4.0,
     ) -> None:
         self.num_evs = num_evs
         self._next = rng.randrange(num_evs)
@@ -124,6 +130,8 @@ class Adaptive:
         self.lossy_until = [float("-inf")] * num_evs  # the part of benched_until owed to loss or timeout
         self.backoff = [1] * num_evs
         self.penalties = [0] * num_evs
+        self.suspect_rtts = suspect_rtts
+        self.suspect_until = [float("-inf")] * num_evs
 
     def _best_rtt(self) -> float | None:
         known = [est.srtt for est in self.rtt.values() if est.srtt is not None]
@@ -149,12 +157,19 @@ class Adaptive:
 
     def next_ev(self, now: float, avoid: int | None = None) -> int:
         n = self.num_evs
-        for usable in (self.benched_until, self.lossy_until):
-            for _ in range(n):
-                ev = self._next
-                self._next = (ev + 1) % n
-                if ev != avoid and usable[ev] <= now:
-                    return ev
+        benched, suspect = self.benched_until, self.suspect_until
+        for _ in range(n):
+            ev = self._next
+            self._next = (ev + 1) % n
+            if ev != avoid and benched[ev] <= now and suspect[ev] <= now:
+                return ev
+        # Every EV is benched or overdue: those slow or overdue, not losing, carry the traffic.
+        lossy = self.lossy_until
+        for _ in range(n):
+            ev = self._next
+            self._next = (ev + 1) % n
+            if ev != avoid and lossy[ev] <= now:
+                return ev
         # Everything lost packets lately (or only the avoided EV is usable): take the one back soonest.
         candidates = [e for e in range(n) if e != avoid] or [0]
         return min(candidates, key=lambda e: self.lossy_until[e])
@@ -171,6 +186,11 @@ class Adaptive:
             self._penalise(ev, now, weight=0.5)
             # Forget the inflated estimate so the probe after the cool-down is judged afresh.
             del self.rtt[ev]
+
+    def on_suspect(self, ev: int, now: float) -> None:
+        if 0 <= ev < self.num_evs:
+            best = self._best_rtt() or self.min_cooldown
+            self.suspect_until[ev] = now + max(self.min_cooldown, self.suspect_rtts * best)
 
     def on_loss(self, ev: int, now: float) -> None:
         self._penalise(ev, now)

@@ -17,6 +17,10 @@ The rules, all here:
   time on the link: sprayed paths' queues differ by whole frames, which a slow link makes long
   against the RTT (at 4 Mb/s a jumbo frame takes 18 ms). Packets sprayed over paths of different
   delay are then not declared lost for arriving late.
+* Overdue packets: an overtaken packet older than its EV's smoothed RTT plus the frames' allowance
+  is reported to the path policy (``on_suspect``, a hook only policies that steer have) before it
+  is declared lost: it is not retransmitted and the window is not cut, since it may only be late,
+  but a policy that steers can stop sending on a path that just died a loss deadline sooner.
 * RTO: srtt + 4 rttvar but at least 2 srtt and rto_min, doubled per consecutive timeout, running
   from the oldest packet in flight or the latest ACK that acknowledged something new. Before the
   first RTT sample, 3 RTT guesses (``config.rtt_guess``: the fabric's base RTT when known and longer
@@ -137,6 +141,8 @@ class LossRecovery:
                               if config.link_rate_bps > 0 else 0.0)
         self._max_ack_delay = max(config.max_ack_delay, config.ack_delay)
         self._backoff = 0
+        # The policy's optional hook for packets overdue but not yet lost (see the rules above).
+        self._suspect = getattr(policy, "on_suspect", None)
         # When an ACK last acknowledged something new: the RTO runs from here as well as from the
         # oldest packet's send time (RFC 6298 restarts the timer on new ACKs). While ACKs keep
         # arriving, a queue is draining, not a path dead; losses in it are RACK's to find.
@@ -354,18 +360,30 @@ class LossRecovery:
             self._reorder_since = now
         window = self.config.reorder_window * scale
         loss_time = None
+        overdue: dict[int, float] | None = {} if self._suspect is not None else None
+        suspects: set[int] = set()
         for rec in inflight.values():
             if rec.tx_order >= rack:
                 break
-            a = allowance.get(rec.ev)
+            ev = rec.ev
+            a = allowance.get(ev)
             if a is None:
-                a = allowance[rec.ev] = self._reorder_allowance(rec.ev, window)
+                a = allowance[ev] = self._reorder_allowance(ev, window)
             deadline = rec.sent_time + a + ack_allow
             if deadline <= now:
                 lost.append(rec)
-            elif loss_time is None or deadline < loss_time:
+                continue
+            if loss_time is None or deadline < loss_time:
                 loss_time = deadline
+            if overdue is not None and ev not in suspects:
+                o = overdue.get(ev)
+                if o is None:
+                    o = overdue[ev] = self._overdue_after(ev)
+                if rec.sent_time + o <= now:
+                    suspects.add(ev)
         self._loss_time = loss_time
+        for ev in suspects:
+            self._suspect(ev, now)  # type: ignore[misc]
         if lost:
             evs = {rec.ev for rec in lost}
             share = self._ev_share(evs)
@@ -384,6 +402,14 @@ class LossRecovery:
         if est.srtt is None:
             return self.config.rtt_guess * (1 + window) * 2
         return est.srtt * (1 + window) + 2 * est.rttvar
+
+    def _overdue_after(self, ev: int) -> float:
+        """How long after sending an overtaken packet on ``ev`` the path policy hears it is overdue:
+        one RTT of the EV (the connection's before it has one) and the frames' allowance, without the
+        loss deadline's margins for variation, reordering and held ACKs."""
+        est = self._ev_rtt.get(ev)
+        srtt = est.srtt if est is not None and est.srtt is not None else self.rtt.srtt
+        return (srtt if srtt is not None else self.config.rtt_guess) + self._frames_allow
 
     def _mark_lost(self, rec: SentPacket, now: float) -> None:
         self.inflight.pop(rec.seq, None)
