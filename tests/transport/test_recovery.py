@@ -70,7 +70,7 @@ class Harness:
 
     def ack(
         self, cum: int, ack_seq: int, sacked: tuple[int, ...] = (), echo: int | None = None, delay_us: int = 0,
-        nak: bool = False,
+        nak: bool = False, owd: int | None = None,
     ) -> list[int]:
         """An ACK of everything below ``cum`` and of ``sacked``, echoing ``ack_seq``'s latest
         transmission unless ``echo`` names another timestamp."""
@@ -78,7 +78,7 @@ class Harness:
         bitmap = sum(1 << (s - base) for s in sacked)
         if echo is None:
             echo = self.records[ack_seq].ts
-        newly = self.r.on_ack(cum, base, bitmap, ack_seq, echo, delay_us, nak, self.now)
+        newly = self.r.on_ack(cum, base, bitmap, ack_seq, echo, delay_us, nak, self.now, owd)
         return [rec.seq for rec in newly]
 
     def resend_lost(self) -> list[int]:
@@ -493,3 +493,30 @@ def test_an_overtaken_packet_may_trail_by_two_frames_on_the_link_before_it_is_lo
         deadlines.append(t - sent)
     frame_s = 8 * framed.config.wire_packet_bytes / framed.config.link_rate_bps
     assert deadlines[1] - deadlines[0] == pytest.approx(REORDER_FRAMES * frame_s)
+
+
+# ------------------------------------------------------------------------ one-way delay
+
+
+def _sample_owd(h: Harness, rtt: float, owd: int) -> None:
+    seq = h.r.next_seq
+    h.send(seq)
+    h.now += rtt
+    assert h.ack(seq + 1, seq, owd=owd) == [seq]
+
+
+def test_the_way_outs_queueing_is_read_from_the_peers_one_way_delays() -> None:
+    h = Harness()
+    assert h.rtt.queueing is None  # until a peer reports one
+    _sample_owd(h, 0.002, 2**32 - 500)  # the peer's clock 500 us behind ours, say
+    assert h.rtt.queueing == 0.0
+    # 1.5 ms more round trip, of which 0.3 ms on the way out (the rest queued on the way back).
+    _sample_owd(h, 0.0035, 2**32 - 200)
+    assert h.rtt.queueing == pytest.approx(0.0003)
+
+
+def test_a_peer_cannot_claim_more_queueing_on_the_way_out_than_the_round_trip_had() -> None:
+    h = Harness()
+    _sample_owd(h, 0.002, 1000)
+    _sample_owd(h, 0.003, 1000 + 10**6)  # "a second of queueing" in a round trip 1 ms over its least
+    assert h.rtt.queueing == pytest.approx(0.001)

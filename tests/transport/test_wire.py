@@ -50,7 +50,7 @@ def ack_packets(draw) -> AckPacket:
     return AckPacket(
         conn_id=draw(u32), cum_psn=draw(u32), sack_base=draw(u32), sack_bitmap=draw(u64), ack_psn=draw(u32),
         echo_ts=draw(u64), ev=draw(u16), rwnd=draw(u32), ack_delay=draw(u32), flags=draw(u16),
-        credit=draw(u32), ecn_ce=draw(u16),
+        credit=draw(u32), ecn_ce=draw(u16), owd=draw(u32),
     )
 
 
@@ -62,7 +62,7 @@ def ctrl_packets(draw) -> wire.CtrlPacket:
 
 def test_header_sizes_match_field_tables() -> None:
     assert DATA_HEADER_LEN == struct.calcsize("!" + "".join(c for _, c, _ in DATA_FIELDS)) == 42
-    assert ACK_LEN == struct.calcsize("!" + "".join(c for _, c, _ in ACK_FIELDS)) == 58
+    assert ACK_LEN == struct.calcsize("!" + "".join(c for _, c, _ in ACK_FIELDS)) == 62
     assert wire.CTRL_LEN == struct.calcsize("!" + "".join(c for _, c, _ in wire.CTRL_FIELDS)) == 20
     for fields in (DATA_FIELDS, ACK_FIELDS, wire.CTRL_FIELDS):
         names = [n for n, _, _ in fields]

@@ -186,7 +186,7 @@ class Connection:
                 cid, psn, msg_id, idx, count, msg_len, ts, ev, payload, _flags = parse_data(data)
             elif ptype == TYPE_ACK:
                 (cid, cum_psn, sack_base, bitmap, ack_psn, echo_ts, _ev, rwnd, ack_delay, flags, credit,
-                 ce) = parse_ack(data)
+                 ce, owd) = parse_ack(data)
             elif ptype in (TYPE_CREDIT, TYPE_REQUEST):
                 _, cid, limit, _ev, _flags = parse_ctrl(data)
             else:
@@ -206,7 +206,8 @@ class Connection:
             if ptype == TYPE_DATA:
                 self._rx.on_data(psn, msg_id, idx, count, msg_len, ts, ev, payload, now, ecn_ce)
             elif ptype == TYPE_ACK:
-                self._on_ack(cum_psn, sack_base, bitmap, ack_psn, echo_ts, ack_delay, rwnd, flags, now, credit, ce)
+                self._on_ack(cum_psn, sack_base, bitmap, ack_psn, echo_ts, ack_delay, rwnd, flags, now, credit, ce,
+                             owd)
             else:
                 self._on_ctrl(ptype, limit, now)
         except Exception:
@@ -445,7 +446,7 @@ class Connection:
 
     def _on_ack(
         self, cum_psn: int, sack_base: int, sack_bitmap: int, ack_psn: int, echo_ts: int, ack_delay: int, rwnd: int,
-        flags: int, now: float, credit: int = 0, ce: int = 0,
+        flags: int, now: float, credit: int = 0, ce: int = 0, owd: int = 0,
     ) -> None:
         """An ACK for this connection whose header decoded and whose CRC matched."""
         st = self.stats
@@ -476,7 +477,7 @@ class Connection:
                 self._on_ecn(ce, now)
         # An ACK usually answers the packet just below its cumulative point.
         ack_seq = cum - 1 if (ack_psn + 1) & PSN_MASK == cum_psn else una + psn_diff(ack_psn, ref)
-        newly = recovery.on_ack(cum, base, sack_bitmap, ack_seq, echo_ts, ack_delay, flags & FLAG_NAK != 0, now)
+        newly = recovery.on_ack(cum, base, sack_bitmap, ack_seq, echo_ts, ack_delay, flags & FLAG_NAK != 0, now, owd)
         # The receiver's window ends at a fixed distance from the start of the message it is
         # reassembling, so the end only moves forward; reordered ACKs cannot shrink it.
         limit = cum + (rwnd if rwnd < self._window_psns else self._window_psns)

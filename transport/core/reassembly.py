@@ -182,12 +182,12 @@ class Reassembler:
             if self._nak_sent_for != nxt:
                 # RoCE-style: one NAK per sequence error, then silence until the expected PSN arrives.
                 self._nak_sent_for = nxt
-                self._out_acks.append(self._build_ack(seq, ts, ev, 0, FLAG_NAK))
+                self._out_acks.append(self._build_ack(seq, ts, ev, 0, now, FLAG_NAK))
             return
         if seq - self._rcv_base >= self.window_psns:
             st.drop("beyond_window")
             # Tell the sender where the window really ends (it may be probing a closed window).
-            self._out_acks.append(self._build_ack(seq, ts, ev, 0))
+            self._out_acks.append(self._build_ack(seq, ts, ev, 0, now))
             return
         head = self._msg_head
         # Message ids wrap at 2^32 like PSNs; most packets belong to the head message.
@@ -297,7 +297,7 @@ class Reassembler:
             return
         # Inlined _queue_ack() for ACK-per-packet.
         if self._ack_delay <= 0:
-            self._out_acks.append(self._build_ack(seq, ts, ev, 0))
+            self._out_acks.append(self._build_ack(seq, ts, ev, 0, now))
             return
         self._queue_ack(seq, ts, ev, now)
 
@@ -343,7 +343,7 @@ class Reassembler:
 
     def _queue_ack(self, seq: int, ts: int, ev: int, now: float) -> None:
         if self._ack_delay <= 0:
-            self._out_acks.append(self._build_ack(seq, ts, ev, 0))
+            self._out_acks.append(self._build_ack(seq, ts, ev, 0, now))
             return
         if self._ack_pending:
             # One SACK bitmap must describe every packet the held ACK answers: a packet the ACK
@@ -378,17 +378,18 @@ class Reassembler:
             self._out_acks.append(
                 self._build_ack(
                     self._ack_seq, self._ack_ts, self._ack_ev, round((now - self._ack_arrival) * 1e6),
-                    cover=self._ack_hi,
+                    self._ack_arrival, cover=self._ack_hi,
                 )
             )
         self._ack_pending = 0
         self.ack_deadline = None
 
     def _build_ack(
-        self, seq: int, echo_ts: int, ev: int, delay_us: int, flags: int = 0, cover: int = -1,
+        self, seq: int, echo_ts: int, ev: int, delay_us: int, arrival: float, flags: int = 0, cover: int = -1,
     ) -> tuple[bytes, int]:
-        """An ACK answering ``seq``; its SACK bitmap ends at ``cover`` (default ``seq``) when that is
-        beyond the 64 PSNs after the cumulative point."""
+        """An ACK answering ``seq``, which arrived at ``arrival`` bearing timestamp ``echo_ts``; its SACK
+        bitmap ends at ``cover`` (default ``seq``) when that is beyond the 64 PSNs after the cumulative
+        point."""
         nxt = self._rcv_nxt
         top = cover if cover > seq else seq
         base = nxt + 1 if top <= nxt + SACK_BITS else top - SACK_BITS + 1
@@ -426,6 +427,9 @@ class Reassembler:
             delay_us if 0 <= delay_us <= _U32 else (0 if delay_us < 0 else _U32),
             rwnd if 0 <= rwnd <= _U32 else (0 if rwnd < 0 else _U32),
             credit, ce,
+            # The one-way delay in our clock less the sender's, modulo the field: only differences
+            # between samples mean anything, and the sender takes only those.
+            (round(arrival * 1e6) - echo_ts) & _U32,
         )
         self.stats.acks_sent += 1
         return data, ev % self._num_evs

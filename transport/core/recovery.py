@@ -40,7 +40,7 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from transport.core.rtt import RttEstimator, rto
+from transport.core.rtt import OneWayDelay, RttEstimator, rto
 
 if TYPE_CHECKING:
     from transport.core.config import TransportConfig
@@ -132,6 +132,7 @@ class LossRecovery:
         self._rack_dirty = False
         self._loss_time: float | None = None
         self._ev_rtt: dict[int, RttEstimator] = {}
+        self._owd = OneWayDelay()
         # How long the peer may hold an ACK (RFC 9002's max_ack_delay): loss detection and the RTO
         # wait that much longer, since a packet answered by a held ACK is not late. Starts at our
         # own setting (both ends normally share one) and follows the longest holds the peer
@@ -195,11 +196,12 @@ class LossRecovery:
 
     def on_ack(
         self, cum: int, sack_base: int, sack_bitmap: int, ack_seq: int, echo_ts: int, ack_delay: int, nak: bool,
-        now: float,
+        now: float, owd: int | None = None,
     ) -> list[SentPacket]:
         """One ACK, validated and mapped to seqs by the connection: every seq below ``cum`` and
         ``sack_base + i`` for each bit i of ``sack_bitmap`` arrived; ``ack_seq`` is the packet
-        whose timestamp ``echo_ts`` the ACK echoes after holding it ``ack_delay`` microseconds.
+        whose timestamp ``echo_ts`` the ACK echoes after holding it ``ack_delay`` microseconds, and
+        ``owd`` its one-way delay in the peer's clock less ours (None: not reported).
         Returns the packets it newly acknowledges, in the order it found them."""
         st = self._stats
         sent = self.sent
@@ -263,7 +265,15 @@ class LossRecovery:
                     rtt = raw
                 if rtt > 0:
                     rtt_sample = rtt
-                    self.rtt.update(rtt)
+                    conn_rtt = self.rtt
+                    conn_rtt.update(rtt)
+                    if owd is not None:
+                        # Only the way out's queueing is this connection's to control: the ACK may
+                        # have queued behind the peer's own data on the way back. It cannot exceed the
+                        # whole round trip's excess, which also bounds what a lying peer can claim.
+                        q = self._owd.sample(owd)
+                        excess = rtt - conn_rtt.min_rtt  # type: ignore[operator]
+                        conn_rtt.queueing = q if q < excess else excess
                     self._rto_value = None
                     est = self._ev_rtt.get(ev)
                     if est is None:

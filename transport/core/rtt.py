@@ -18,6 +18,9 @@ class RttEstimator:
     rttvar: float = 0.0
     min_rtt: float | None = None
     latest: float | None = None
+    # The latest sample's queueing on the way out, where the peer reports one-way delays (loss
+    # recovery sets it before congestion control reads the sample); None: only the round trip is known.
+    queueing: float | None = None
 
     def update(self, rtt: float) -> None:
         self.latest = rtt
@@ -31,6 +34,33 @@ class RttEstimator:
                 self.min_rtt = rtt
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(srtt - rtt)
             self.srtt = 0.875 * srtt + 0.125 * rtt
+
+
+_HALF = 1 << 31
+_U32 = 0xFFFFFFFF
+
+
+@dataclass(slots=True)
+class OneWayDelay:
+    """Queueing on the way out, from the one-way delays a peer reports: each in the peer's clock less
+    ours, modulo 2^32 microseconds. The clocks' offset is unknown but constant, so a sample less the
+    smallest so far is the queueing it met (as LEDBAT reads its base delay), whichever clock is ahead.
+    Samples are read relative to the first, so the field's wrap is harmless within +-35 minutes."""
+
+    ref: int | None = None
+    min_us: int = 0
+
+    def sample(self, raw: int) -> float:
+        """Seconds of queueing in the sample ``raw`` (the ACK's owd field)."""
+        ref = self.ref
+        if ref is None:
+            self.ref = raw
+            return 0.0
+        rel = ((raw - ref + _HALF) & _U32) - _HALF
+        if rel < self.min_us:
+            self.min_us = rel
+            return 0.0
+        return (rel - self.min_us) * 1e-6
 
 
 def rto(est: RttEstimator, initial_rtt: float, rto_min: float, rto_max: float, backoff: int) -> float:

@@ -5,12 +5,14 @@ Four packet types share a 12-byte common prefix (magic, version, type, flags, EV
 * DATA carries one fragment of a message, identified by its packet sequence number (PSN).
 * ACK carries a cumulative PSN, a 64-bit SACK bitmap, the echoed timestamp and EV of the packet
   that triggered it, the receive window, the receiver's credit (receiver-driven congestion control,
-  transport.core.credit) and how many of the DATA packets it answers arrived CE-marked (ECN).
+  transport.core.credit), how many of the DATA packets it answers arrived CE-marked (ECN) and the
+  echoed packet's one-way delay as the receiver saw it (its own clock at arrival less the packet's
+  timestamp: the delay plus the two clocks' offset, which the sender cancels by comparing samples).
 * CREDIT (receiver to sender) and REQUEST (sender to receiver) carry one cumulative PSN limit: "you
   may send PSNs below this" and "I have PSNs below this to send" (transport.core.credit).
 
-Version 2 added the ACK's credit and CE fields and the CREDIT and REQUEST packets; a version-1 packet
-is rejected as any unknown version is.
+Version 2 added the ACK's credit and CE fields and the CREDIT and REQUEST packets, version 3 the ACK's
+one-way delay; a packet of another version is rejected as any unknown version is.
 
 Every packet ends its header with a CRC32 (``zlib.crc32``) over the rest of the header and the
 payload, so corruption in flight is detected and the packet dropped. The CRC is no MAC: anyone on
@@ -26,7 +28,7 @@ import zlib
 from dataclasses import dataclass
 
 MAGIC = 0xFAB1
-VERSION = 2
+VERSION = 3
 
 TYPE_DATA = 1
 TYPE_ACK = 2
@@ -49,7 +51,7 @@ SACK_BITS = 64
 # (name, struct code, description). The order is the order on the wire; "crc" is always last.
 COMMON_FIELDS: list[tuple[str, str, str]] = [
     ("magic", "H", "0xFAB1: identifies a fabriclab transport packet"),
-    ("version", "B", "wire format version (2)"),
+    ("version", "B", "wire format version (3)"),
     ("type", "B", "packet type: 1 = DATA, 2 = ACK, 3 = CREDIT, 4 = REQUEST"),
     ("flags", "H", "DATA: bit 0 = retransmission; ACK: bit 0 = NAK (go-back-N sequence error), "
                    "bit 1 = the credit field is valid"),
@@ -80,6 +82,8 @@ ACK_FIELDS: list[tuple[str, str, str]] = [
     ("rwnd", "I", "receive window: PSNs beyond cum_psn the sender may have outstanding"),
     ("credit", "I", "with flag bit 1: the receiver's credit, the PSN below which the sender may send new data"),
     ("ecn_ce", "H", "DATA packets this ACK answers that arrived with the ECN CE codepoint"),
+    ("owd", "I", "receiver's clock when the echoed DATA packet arrived, less its timestamp, in microseconds "
+                 "modulo 2^32: its one-way delay plus the clocks' offset"),
     ("crc", "I", "CRC32 of the ACK (without this field)"),
 ]
 
@@ -208,6 +212,7 @@ class AckPacket:
     flags: int = 0
     credit: int = 0
     ecn_ce: int = 0
+    owd: int = 0
 
     def sacked(self) -> list[int]:
         """PSNs marked received in the bitmap."""
@@ -251,12 +256,12 @@ def pack_data(
 
 def pack_ack(
     flags: int, ev: int, conn_id: int, cum_psn: int, sack_base: int, sack_bitmap: int, ack_psn: int, echo_ts: int,
-    ack_delay: int, rwnd: int, credit: int = 0, ecn_ce: int = 0,
+    ack_delay: int, rwnd: int, credit: int = 0, ecn_ce: int = 0, owd: int = 0,
 ) -> bytes:
     """An ACK datagram; raises struct.error if a field does not fit its width."""
     head = _pack_ack_head(
         MAGIC, VERSION, TYPE_ACK, flags, ev, conn_id, cum_psn, sack_base, sack_bitmap, ack_psn, echo_ts, ack_delay,
-        rwnd, credit, ecn_ce,
+        rwnd, credit, ecn_ce, owd,
     )
     return head + _pack_crc(_crc32(head))
 
@@ -288,15 +293,15 @@ def parse_data(data: bytes) -> tuple[int, int, int, int, int, int, int, int, byt
     raise WireError(why_malformed(data))
 
 
-def parse_ack(data: bytes) -> tuple[int, int, int, int, int, int, int, int, int, int, int, int]:
+def parse_ack(data: bytes) -> tuple[int, int, int, int, int, int, int, int, int, int, int, int, int]:
     """The fields of an ACK datagram in AckPacket's order (conn_id, cum_psn, sack_base, sack_bitmap,
-    ack_psn, echo_ts, ev, rwnd, ack_delay, flags, credit, ecn_ce), validated; raises WireError naming
-    the problem."""
+    ack_psn, echo_ts, ev, rwnd, ack_delay, flags, credit, ecn_ce, owd), validated; raises WireError
+    naming the problem."""
     if len(data) == ACK_LEN:
-        (magic, version, ptype, flags, ev, cid, cum, base, bitmap, ack_psn, echo, delay, rwnd, credit, ce,
+        (magic, version, ptype, flags, ev, cid, cum, base, bitmap, ack_psn, echo, delay, rwnd, credit, ce, owd,
          crc) = _unpack_ack(data)
         if magic == MAGIC and version == VERSION and ptype == TYPE_ACK and _crc32(data[:_ACK_CRC_AT]) == crc:
-            return cid, cum, base, bitmap, ack_psn, echo, ev, rwnd, delay, flags, credit, ce
+            return cid, cum, base, bitmap, ack_psn, echo, ev, rwnd, delay, flags, credit, ce, owd
     raise WireError(why_malformed(data))
 
 
@@ -354,7 +359,7 @@ def encode(pkt: DataPacket | AckPacket | CtrlPacket) -> bytes:
         if isinstance(pkt, AckPacket):
             return pack_ack(
                 pkt.flags, pkt.ev, pkt.conn_id, pkt.cum_psn, pkt.sack_base, pkt.sack_bitmap, pkt.ack_psn,
-                pkt.echo_ts, pkt.ack_delay, pkt.rwnd, pkt.credit, pkt.ecn_ce,
+                pkt.echo_ts, pkt.ack_delay, pkt.rwnd, pkt.credit, pkt.ecn_ce, pkt.owd,
             )
         if isinstance(pkt, CtrlPacket):
             if pkt.ptype not in CTRL_TYPES:

@@ -8,7 +8,8 @@ from transport.core.rtt import RttEstimator
 
 
 class DelayBased(WindowControl):
-    """Swift-like: grow while queueing delay (RTT minus the minimum RTT) is below target, shrink
+    """Swift-like: grow while queueing delay (on the way out where the peer reports one-way delays,
+    else the RTT minus the minimum RTT) is below target, shrink
     in proportion to the excess, and shrink multiplicatively on loss -- each decrease at most once
     per RTT. Until the first decrease the window doubles per RTT (slow start), so short transfers
     are not dominated by the ramp.
@@ -73,7 +74,11 @@ class DelayBased(WindowControl):
         est = self.rtt
         if self._own_rtt:
             est.update(rtt)
-        delay = rtt - est.min_rtt  # type: ignore[operator]  # not None: this sample is in it
+        # The way out's queueing where the peer reports one-way delays: the round trip's excess also
+        # holds whatever the ACK met on the way back, queued behind the peer's own data, which this
+        # window cannot drain and, taken for its own, halves it whenever the traffic runs both ways.
+        q = est.queueing
+        delay = rtt - est.min_rtt if q is None else q  # type: ignore[operator]  # not None: this sample is in it
         target = self.target = self._target(est.srtt)
         if self.slow_start and delay >= target / 2:
             # Leave slow start early: the delay signal lags a doubling window by an RTT.

@@ -124,6 +124,11 @@ class Nscc(WindowControl):
         if base is None:
             return
         target = base
+        q = self.rtt.queueing
+        if q is not None:
+            # Less what the ACK queued on the way back, where the peer reports one-way delays (see
+            # DelayBased.on_ack): the round trip as if only the way out had queued.
+            rtt = self.rtt.min_rtt + q  # type: ignore[operator]  # not None: this sample is in it
         delay = rtt - base if rtt > base else 0.0
         marked_ce = self._pending_ce > 0
         self._pending_ce = 0
