@@ -188,16 +188,39 @@ class CreditReceiver:
     def on_data(self, seq: int, msg_end: int, ev: int, now: float, short: float = 0.0) -> None:
         """An accepted DATA packet of PSN ``seq`` whose message ends before ``msg_end``; ``short``: the
         share of a full-size packet's wire time it did not use (a message's last fragment)."""
+        sched = self.scheduler
         if short > 0.0:
-            self.scheduler.refund(short)
+            sched.refund(short)
         self.last_data = now
         self.ev = ev
-        if seq >= self.used:
-            self.used = seq + 1
-        if msg_end > self.demand:
-            self.demand = msg_end
-        self.active = True
-        self.scheduler.changed(self, now)
+        demand = self.demand
+        counted = self._counted
+        if msg_end > demand or not counted:
+            # New demand (the share may grow, the connection come to want credit), or none of this
+            # connection's credit outstanding (the scheduler may be idle): the scheduler recounts.
+            self.active = True
+            if seq >= self.used:
+                self.used = seq + 1
+            if msg_end > demand:
+                self.demand = msg_end
+            sched.changed(self, now)
+            return
+        # Nearly every packet only uses credit, and this runs for each: sched.changed() less what cannot
+        # happen then. The connection is active and the scheduler not idle (this share is outstanding).
+        # The demand did not move and the limit moved only in _grant(), which added what it granted to
+        # ``_counted``, so the share cannot have grown: no write-off check to start, and a connection
+        # that wants credit is still queued.
+        used = self.used
+        if seq >= used:
+            used = self.used = seq + 1
+        granted = self.granted
+        top = granted if granted < demand else demand
+        share = top - used if top > used else 0
+        self._counted = share
+        outstanding = sched.outstanding + share - counted
+        sched.outstanding = outstanding
+        if outstanding < sched._clock_below and sched._wanting:
+            sched._clock(now)
 
     def on_request(self, wire_limit: int, now: float) -> None:
         demand = self.demand + psn_diff(wire_limit, self.demand & PSN_MASK)
@@ -229,7 +252,11 @@ class CreditScheduler:
         # Arrivals grant once this many PSNs are due (half a round, or a quarter of the window unpaced),
         # not one at a time: each grant costs the receiver a call, and its ACK carries them all alike.
         self._batch = max(1, math.ceil(self.rate_pps * quantum / 2) if self.rate_pps else self.window // 4)
-        self._tokens = 0.0
+        # Unpaced, only the window bounds the grants: the bank is bottomless, and stays so.
+        self._tokens = 0.0 if self.rate_pps else math.inf
+        # An arrival looks at the bank while the outstanding credit is below this: paced, while there is
+        # room at all (the bank refills as it is looked at); unpaced, once a batch fits in the window.
+        self._clock_below = self.window if self.rate_pps else self.window - self._batch + 1
         self._last = 0.0
         self._next_check: float | None = None  # when outstanding credit is next looked at for write-off
         self._touched: list[CreditReceiver] = []
@@ -256,32 +283,44 @@ class CreditScheduler:
             self._wanting.remove(rx)
 
     def changed(self, rx: CreditReceiver, now: float) -> None:
-        """``rx``'s demand or use moved: recount its share and whether it wants credit."""
+        """``rx``'s demand or use moved: recount its share and whether it wants credit (CreditReceiver.on_data
+        has its own copy for a packet that only uses credit)."""
         if not self.outstanding and not self._wanting:
-            # Idle until now: the first round waits a quantum from here with an empty bank, so that the
-            # senders of an incast that start together are all known before credit flows.
-            self._tokens = 0.0
-            self._last = now
-        # rx.outstanding(), inlined: this runs for every DATA packet.
+            self._wake(now)
+        # rx.outstanding(), inlined.
         granted, demand, used = rx.granted, rx.demand, rx.used
         top = granted if granted < demand else demand
         share = top - used if top > used else 0
-        self.outstanding += share - rx._counted
+        counted = rx._counted
+        self.outstanding += share - counted
         rx._counted = share
-        if share and self._next_check is None:
+        # While any credit is outstanding a write-off check is due (here and _grant() see to it), so only
+        # a share that grew can need one started.
+        if share > counted and self._next_check is None:
             self._next_check = now + self.timeout / 2
         if demand > granted and not rx.queued:
             rx.queued = True
             self._wanting.append(rx)
-        if self._wanting and self.outstanding < self.window:
-            # Arrivals clock the grants: what the rate allows by now goes at once, so the ACK this
-            # packet is about to get carries it, and no timer has to wake the receiver for it.
-            if self.rate_pps:
-                self._refill(now)
-            else:
-                self._tokens = math.inf
-            if self._tokens >= self._batch and self.window - self.outstanding >= self._batch:
-                self._grant(now, self._touched if self.keep_touched else None)
+        if self._wanting and self.outstanding < self._clock_below:
+            self._clock(now)
+
+    def _wake(self, now: float) -> None:
+        """Idle until now: the first round waits a quantum from here with an empty bank, so that the
+        senders of an incast that start together are all known before credit flows."""
+        if self.rate_pps:
+            self._tokens = 0.0
+        self._last = now
+
+    def _clock(self, now: float) -> None:
+        """Arrivals clock the grants: what the rate allows by now goes at once, so the ACK this packet is
+        about to get carries it, and no timer has to wake the receiver for it. Called while some connection
+        wants credit and the outstanding credit is below ``_clock_below``; it grants once both the tokens and
+        the room reach a batch."""
+        if self.rate_pps:
+            self._refill(now)
+            if self._tokens < self._batch or self.window - self.outstanding < self._batch:
+                return
+        self._grant(now, self._touched if self.keep_touched else None)
 
     def refund(self, packets: float) -> None:
         """Give back to the bank the part of a grant a short packet left unused (the rules above)."""
@@ -323,7 +362,6 @@ class CreditScheduler:
                 return touched
             self._refill(now)
         else:
-            self._tokens = math.inf
             self._last = now
         self._grant(now, touched)
         return touched
@@ -361,8 +399,6 @@ class CreditScheduler:
                 rx.queued = False
         if self._next_check is None and self.outstanding:
             self._next_check = now + self.timeout / 2
-        if not self.rate_pps:
-            self._tokens = 0.0
 
     def _refill(self, now: float) -> None:
         if now > self._last:
