@@ -22,6 +22,7 @@ from transport.core.config import ConfigError, TransportConfig
 from transport.core.connection import Connection
 from transport.core.paths import Spray
 from transport.core.policy_plugin import GuardedPolicy, PolicySpecError, make_policy
+from transport.sim.policy_trial import conformance
 from transport.sim.simnet import PathSpec, run_transfer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -364,3 +365,17 @@ def test_send_with_a_broken_policy_over_udp_records_the_fault(tmp_path):
     assert metrics["config"]["path_policy"] == spec
     lines = [ln for ln in send.stderr.splitlines() if "path policy" in ln]
     assert len(lines) == 1 and fault in lines[0]
+
+
+def test_the_overdue_hint_reaches_only_a_plugin_that_has_on_suspect(tmp_path):
+    with_hook = GOOD.replace("class Good:", "class Hinted:") + textwrap.indent(textwrap.dedent("""
+        def on_suspect(self, ev, now):
+            self.acks -= 1000
+    """), "    ")
+    hinted = make_policy(write_policy(tmp_path, "hinted", with_hook) + ":Hinted", 4, random.Random(0))
+    plain = make_policy(write_policy(tmp_path, "plain", GOOD) + ":Good", 4, random.Random(0))
+    assert getattr(plain, "on_suspect", None) is None  # loss recovery then never calls it
+    hinted.on_suspect(1, 0.0)  # type: ignore[attr-defined]
+    assert hinted._inner.acks == -1000 and hinted.calls == 1  # type: ignore[attr-defined]
+    assert [c.name for c in conformance(str(tmp_path / "hinted.py") + ":Hinted")].count("on_suspect") == 1
+    assert "on_suspect" not in [c.name for c in conformance(str(tmp_path / "plain.py") + ":Good")]

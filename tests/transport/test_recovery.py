@@ -272,9 +272,10 @@ def test_overtaken_packet_is_lost_only_after_its_evs_reordering_allowance() -> N
 
 def test_an_overtaken_packet_a_round_trip_old_is_overdue_to_the_policy_before_it_is_lost() -> None:
     h = Harness(rto_min=1.0)
-    _sample(h, 0.002)  # EV 0: srtt 2 ms, rttvar 1 ms, so the loss deadline is 4.5 ms after sending
-    n, _, _ = h.overtake(gap=0.0025)
-    # A round trip and more after it left, a later packet on another EV is acknowledged and it is not:
+    # EV 0: srtt 2 ms, rttvar 1 ms, so it is overdue 4 ms after sending and lost after 4.5 ms.
+    _sample(h, 0.002)
+    n, _, _ = h.overtake(gap=0.0042)
+    # Later than its EV's round trips go, a later packet on another EV is acknowledged and it is not:
     # the policy hears that EV 0 is overdue; nothing is lost, retransmitted or cut yet.
     assert h.policy.named("suspect") == [(0, h.now)]
     assert h.policy.named("loss") == [] and h.cc.named("loss") == [] and h.r.lost_packet() is None
@@ -282,17 +283,17 @@ def test_an_overtaken_packet_a_round_trip_old_is_overdue_to_the_policy_before_it
     assert h.r.lost_packet() is h.records[n] and h.policy.named("loss") == [(0, h.now)]
 
 
-def test_an_overtaken_packet_younger_than_its_evs_rtt_is_not_overdue() -> None:
+def test_an_overtaken_packet_within_its_evs_rtt_and_variation_is_not_overdue() -> None:
     h = Harness(rto_min=1.0)
     _sample(h, 0.002)
-    h.overtake(gap=0.0015)
+    h.overtake(gap=0.0038)
     assert h.policy.named("suspect") == []
 
 
 def test_a_policy_without_the_overdue_hook_is_not_asked() -> None:
     h = Harness(policy=Recorder(), rto_min=1.0)  # spray and single-path have no on_suspect
     _sample(h, 0.002)
-    h.overtake(gap=0.0025)
+    h.overtake(gap=0.0042)
     assert h.policy.calls and h.policy.named("suspect") == [] and h.r.lost_packet() is None
 
 

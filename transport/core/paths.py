@@ -97,7 +97,7 @@ class Adaptive:
     (the sender's own window, a last hop all paths end on) inflates every EV alike and says nothing
     about one path, and judged against the best EV most of them looked slow and were benched, leaving
     one or two EVs to carry everything. An EV with a packet overdue (``on_suspect``: later packets on
-    other EVs were acknowledged, this one not, a round trip on) gets no new packets for
+    other EVs were acknowledged, this one not, past its round trip and variation) gets no new packets for
     ``suspect_rtts`` best RTTs, without counting as an offence: a dead path's packets are declared lost
     only a reordering allowance later, and until then each EV it owns would go on taking its share.
     When every EV is benched or overdue, the softly benched (slow or overdue, not losing) ones carry

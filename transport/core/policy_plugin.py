@@ -36,6 +36,8 @@ from transport.core.paths import is_plugin as is_spec
 log = logging.getLogger(__name__)
 
 METHODS = ("next_ev", "on_ack", "on_loss", "on_timeout", "state")
+# Called only on a class that has it: a packet on an EV is overdue, not yet lost (transport.core.paths).
+OPTIONAL_METHODS = ("on_suspect",)
 FALLBACK = "spray"
 
 # Time budgets for the user's code. The policy runs inside the sender's event loop, once per packet
@@ -218,6 +220,9 @@ class GuardedPolicy:
         except (Exception, SystemExit) as exc:
             self._inner = None
             self._fail("__init__", f"raised {describe_exception(exc)}", call=f"{self.label}(num_evs, rng)")
+        if callable(getattr(cls, "on_suspect", None)):
+            # Loss recovery looks the hook up once (getattr): only a class that has it gets the calls.
+            self.on_suspect = self._on_suspect
 
     # -- the PathPolicy interface ----------------------------------------------------------------
     def next_ev(self, now: float, avoid: int | None = None) -> int:
@@ -247,6 +252,11 @@ class GuardedPolicy:
             self._call("on_timeout", ev, now)
         else:
             self._active.on_timeout(ev, now)
+
+    def _on_suspect(self, ev: int, now: float) -> None:
+        if self._active is None:
+            self._call("on_suspect", ev, now)
+        # The fallback (spray) does not steer: it has no use for the hint.
 
     def state(self) -> dict:
         inner: Any = None

@@ -233,8 +233,9 @@ class Conformance:
 
 def conformance(spec: str, num_evs: int = 16, seed: int = 1) -> list[Conformance]:
     """Call each method of the plug-in `spec` on fresh instances: next_ev for many `now`s and with
-    every `avoid`, on_ack / on_loss / on_timeout on every EV (on_timeout first on EVs never
-    acknowledged), next_ev after each, and state() before and after (a dict of JSON values)."""
+    every `avoid`, on_ack / on_loss / on_timeout (and on_suspect, where the class has it) on every EV
+    (on_timeout first on EVs never acknowledged), next_ev after each, and state() before and after (a
+    dict of JSON values)."""
     cls = load_class(spec)
     evs = range(num_evs)
     results: list[Conformance] = []
@@ -296,6 +297,12 @@ def conformance(spec: str, num_evs: int = 16, seed: int = 1) -> list[Conformance
             p.on_timeout(ev, 0.04)
         return after(p, 0.05)
 
+    def on_suspect() -> str | None:
+        p = cls(num_evs, random.Random(seed))
+        for i, ev in enumerate(evs):
+            p.on_suspect(ev, 0.01 + i * 1e-4)
+        return after(p, 0.02)
+
     def state() -> str | None:
         p = cls(num_evs, random.Random(seed))
         for when, policy in (("on a new policy", p), ("after feedback", _exercised(p, num_evs))):
@@ -308,14 +315,17 @@ def conformance(spec: str, num_evs: int = 16, seed: int = 1) -> list[Conformance
                 return f"{when} returned a dict that is not JSON: {exc}"
         return None
 
-    for name, what, body in (
+    checks = [
         ("next_ev", f"next_ev(now) {4 * num_evs} times", next_ev),
         ("avoid", f"next_ev(now, avoid) with every avoid in 0..{num_evs - 1}, three times", avoid),
         ("on_ack", "on_ack(ev, rtt, now) on every EV, RTTs of 10 µs to 0.5 s", on_ack),
         ("on_loss", "on_loss(ev, now) on every EV", on_loss),
         ("on_timeout", "on_timeout(ev, now) on every EV, first on EVs never acknowledged", on_timeout),
-        ("state", "state() on a new policy and after feedback, as JSON", state),
-    ):
+    ]
+    if callable(getattr(cls, "on_suspect", None)):  # optional: only a policy that has it is told
+        checks.append(("on_suspect", "on_suspect(ev, now) on every EV", on_suspect))
+    checks.append(("state", "state() on a new policy and after feedback, as JSON", state))
+    for name, what, body in checks:
         try:
             problem = body()
         except (Exception, SystemExit) as exc:
