@@ -180,8 +180,11 @@ def test_page_follows_the_fabric_and_drives_it(live_url, browser, tmp_path):
     box = driver.find_element("id", "lp-loss")
     box.clear()
     box.send_keys("150")
+    # The cut's own message ("Done: cut ...") may still be showing: wait for the next one.
+    shown = driver.find_element("id", "toast").text
     driver.find_element("id", "lp-loss-set").click()
     toast = wait(driver, lambda: driver.find_element("id", "toast").is_displayed()
+                 and driver.find_element("id", "toast").text != shown
                  and driver.find_element("id", "toast").text, 10, "no message for a bad loss value")
     assert "outside 0-100" in toast
     shot = tmp_path / "live.png"
