@@ -36,8 +36,6 @@ from transport.core.paths import is_plugin as is_spec
 log = logging.getLogger(__name__)
 
 METHODS = ("next_ev", "on_ack", "on_loss", "on_timeout", "state")
-# Called only on a class that has it: a packet on an EV is overdue, not yet lost (transport.core.paths).
-OPTIONAL_METHODS = ("on_suspect",)
 FALLBACK = "spray"
 
 # Time budgets for the user's code. The policy runs inside the sender's event loop, once per packet

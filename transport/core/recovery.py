@@ -416,17 +416,12 @@ class LossRecovery:
 
     def _overdue_after(self, ev: int) -> float:
         """How long after sending an overtaken packet on ``ev`` the path policy hears it is overdue:
-        the EV's smoothed RTT plus twice its variation (the connection's before it has a sample) and
-        the frames' allowance, without the loss deadline's margins for reordering and held ACKs.
-        Without the variation, every packet slower than the mean was overdue: on paths that are
-        their own bottlenecks the adaptive policy then benched live EVs all the time and carried 0.65
-        of what spray did in a fault-free trial."""
-        est = self._ev_rtt.get(ev)
-        if est is None or est.srtt is None:
-            est = self.rtt
-        if est.srtt is None:
-            return self.config.rtt_guess * 2
-        return est.srtt + 2 * est.rttvar + self._frames_allow
+        the loss deadline without its margins for reordering and held ACKs, i.e. the EV's smoothed
+        RTT plus twice its variation and the frames' allowance. Without the variation, every packet
+        slower than the mean was overdue: on paths that are their own bottlenecks the adaptive
+        policy then benched live EVs all the time and carried 0.65 of what spray did in a fault-free
+        trial."""
+        return self._reorder_allowance(ev, 0.0) + self._frames_allow
 
     def _mark_lost(self, rec: SentPacket, now: float) -> None:
         self.inflight.pop(rec.seq, None)
