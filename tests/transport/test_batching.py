@@ -271,6 +271,11 @@ def test_a_coalescing_receiver_hands_the_core_each_packets_arrival_time() -> Non
         r._gap, r._last_rx = 0.01, read_at
         assert r._turn(read_at) == pytest.approx(read_at + 0.04) and r.defer_reads
         r.defer_reads = False
+        # Packets further apart than half the hold: the loop waits for each instead.
+        r._gap = 0.03
+        r._turn(read_at)
+        assert not r.defer_reads
+        r._gap = 0.01
         # Once the message is complete, the next packet (a request, say) is read as it arrives.
         for psn in range(1, 8):
             c.send(_data(psn, count=8, idx=psn))

@@ -488,7 +488,13 @@ class Receiver(EventLoop):
             # batch's first packet is stamped as it arrives, so its ACK's hold and RTT echo stay
             # exact however late it is read, and reading by its deadline keeps the ACK on time.
             batch = self.config.ack_batch
-            until = now + min((left if left < batch else batch) * gap, self.config.ack_delay)
+            span = min((left if left < batch else batch) * gap, self.config.ack_delay)
+            if span < 2 * gap:
+                # Fewer than two packets would come in meanwhile (packets further apart than half
+                # the hold): a deferral saves no wake-up, and one that ends before the next packet
+                # adds an empty one.
+                return wake
+            until = now + span
             if wake is not None and wake < until:
                 until = wake
         else:
