@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from cli.args import (
+    OneLineParser,
     add_path_policy_argument,
     destination_arg,
     mtu_arg,
@@ -80,9 +81,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "port.",
     )
     srd.set_defaults(func=show_help(srd))
-    sub = srd.add_subparsers(dest="srd_command", metavar="{recv,send}")
+    sub = srd.add_subparsers(dest="srd_command", metavar="{recv,send,group}")
     _register_recv(sub)
     _register_send(sub)
+    _register_group(sub)
 
     p = bench.add_parser(
         "transport",
@@ -356,18 +358,7 @@ def _emit(args: argparse.Namespace, metrics: dict[str, Any], summary: str) -> No
 
 
 def _cmd_recv(args: argparse.Namespace) -> int:
-    config = _config(args, **({"mtu": local_datagram_size(args.bind)} if args.mtu == "auto" else {}))
-    receiver = Receiver(
-        config,
-        bind=args.bind,
-        port=args.port,
-        expect_bytes=args.expect_bytes,
-        duration=args.duration,
-        echo=args.echo,
-        response_size=args.response_size,
-        verify=args.verify,
-        progress=_progress(args),
-    )
+    receiver = _build_receiver(args)
     receiver.open()
     announce_ready(args.ready_file)
     host, port = receiver.address
@@ -384,7 +375,7 @@ def _cmd_recv(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_send(args: argparse.Namespace) -> int:
+def _build_sender(args: argparse.Namespace) -> Sender:
     host, port = args.to
     total = args.bytes or 0
     if args.bytes is None and args.messages is None and args.duration is None:
@@ -412,7 +403,7 @@ def _cmd_send(args: argparse.Namespace) -> int:
         extra["mtu"] = path_datagram_size(host, port)
     config = _config(args, path_policy=args.path_policy or args.policy,
                      num_evs=args.evs, cc=args.cc, window=args.window, **extra)
-    sender = Sender(
+    return Sender(
         config,
         host,
         port,
@@ -424,6 +415,12 @@ def _cmd_send(args: argparse.Namespace) -> int:
         connect_timeout=args.connect_timeout,
         progress=_progress(args),
     )
+
+
+def _cmd_send(args: argparse.Namespace) -> int:
+    sender = _build_sender(args)
+    host, port = args.to
+    workload = sender.workload
     if not _open_and_hold(sender, args):
         print(f"{args.prog} send: stopped before the start signal; nothing sent", file=sys.stderr)
         return 0
@@ -442,6 +439,106 @@ def _cmd_send(args: argparse.Namespace) -> int:
     if bounded and not metrics["completed"]:
         print(f"{args.prog} send: stopped before the workload completed ({metrics['stop_reason']})",
               file=sys.stderr)
+        return 1
+    return 0
+
+
+def _register_group(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "group",
+        help="run several `srd recv` / `srd send` endpoints in one process (how the experiments run them)",
+        description="Run the endpoints that SPEC lists in one process: one event loop over all their sockets "
+        "(transport/io/group.py), each opened in its own network namespace. SPEC is a JSON file: "
+        '{"hold": BOOL, "endpoints": [{"argv": ["send", "--to", ...], "netns": "/proc/PID/ns/net", '
+        '"start_s": 0.0}, ...]}; argv is what `srd recv` or `srd send` would be given (each its own '
+        "--ready-file and --json-out), netns (optional) the namespace to open its sockets in, start_s "
+        "(senders) when it starts after the release. With hold, every endpoint opens, writes its ready "
+        "file, and the group waits for one SIGUSR1. SIGINT/SIGTERM end every endpoint with its metrics written.",
+    )
+    p.add_argument("spec", metavar="SPEC", help="the JSON file listing the endpoints")
+    p.set_defaults(func=_cmd_group)
+
+
+def _endpoint_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="srd group: endpoint")
+    sub = parser.add_subparsers(dest="srd_command", required=True)
+    _register_recv(sub)
+    _register_send(sub)
+    return parser
+
+
+def _build_receiver(args: argparse.Namespace) -> Receiver:
+    config = _config(args, **({"mtu": local_datagram_size(args.bind)} if args.mtu == "auto" else {}))
+    return Receiver(config, bind=args.bind, port=args.port, expect_bytes=args.expect_bytes,
+                    duration=args.duration, echo=args.echo, response_size=args.response_size,
+                    verify=args.verify, progress=_progress(args))
+
+
+def _cmd_group(args: argparse.Namespace) -> int:
+    from transport.io.group import LoopGroup, netns, raise_open_files_limit
+
+    try:
+        with open(args.spec) as fh:
+            spec = json.load(fh)
+        entries = list(spec["endpoints"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EndpointError(f"group spec {args.spec}: {exc}; see `srd group --help` for its format") from None
+    if not entries:
+        raise EndpointError(f"group spec {args.spec} lists no endpoints")
+    raise_open_files_limit()
+    parser = _endpoint_parser()
+    hold = bool(spec.get("hold"))
+    loops: list[Sender | Receiver] = []
+    parsed: list[argparse.Namespace] = []
+    failed: list[str] = []
+
+    def finish(loop: Sender | Receiver) -> None:
+        i = loops.index(loop)
+        with netns(entries[i].get("netns")):
+            metrics = loop.results()
+        loop.close()
+        ep = parsed[i]
+        write_json(metrics, ep.json_out)
+        if isinstance(loop, Sender) and not loop.workload.unbounded and not metrics["completed"]:
+            failed.append(f"{ep.to[0]}: {metrics['stop_reason']}")
+
+    waited = {signal.SIGUSR1, signal.SIGTERM, signal.SIGINT}
+    # Blocked from the start: a signal that comes while the endpoints open is taken by sigwait
+    # (held) or once the loops run (stop), never by the default action that would lose the metrics.
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    previous: dict[int, Any] = {}
+    group = None
+    try:
+        for entry in entries:
+            ep = parser.parse_args([str(a) for a in entry["argv"]])
+            with netns(entry.get("netns")):
+                loop = _build_receiver(ep) if ep.srd_command == "recv" else _build_sender(ep)
+                loop.open()
+            loops.append(loop)
+            parsed.append(ep)
+        group = LoopGroup(loops, [float(e.get("start_s", 0.0)) for e in entries])
+        stop_group = group.stop
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda signum, _f: stop_group(f"signal {signal.Signals(signum).name}"))
+        for ep in parsed:
+            announce_ready(ep.ready_file)
+        if hold and signal.sigwait(waited) != signal.SIGUSR1:
+            print(f"{args.prog} group: stopped before the start signal; nothing sent", file=sys.stderr)
+            return 0
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        group.run(finish)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if group is not None:
+            group.close()
+        for loop in loops:
+            loop.close()
+    print(f"srd group: {len(loops)} endpoints in one process, {group.cpu_run_s:.3f} CPU s while they ran")
+    if failed:
+        print(f"{args.prog} group: {len(failed)} sender(s) stopped before their workload completed "
+              f"({'; '.join(failed[:3])})", file=sys.stderr)
         return 1
     return 0
 

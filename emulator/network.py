@@ -424,6 +424,11 @@ class Fabric:
     def host(self, name: str) -> Any:
         return self.net[name]
 
+    def host_namespace(self, name: str) -> str | None:
+        """The file of a host's network namespace, for a process here to open sockets in it (None
+        where the host is not on this machine)."""
+        return f"/proc/{self.net[name].pid}/ns/net"
+
     def namespaced_nodes(self) -> list[Any]:
         """Mininet nodes with a network namespace of their own: the hosts, and the switches when they
         run per-switch daemons."""

@@ -112,6 +112,9 @@ class ClusterFabric(Fabric):
     def _remote(self, node: str) -> bool:
         return self.placement.get(node, LOCAL) != LOCAL
 
+    def host_namespace(self, name: str) -> str | None:
+        return None if self._remote(name) else super().host_namespace(name)
+
     def _before_build(self) -> None:
         assert self.state is not None and self.workdir is not None
         if self.servers.namespace_servers:

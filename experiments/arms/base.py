@@ -33,6 +33,10 @@ SERIES_BIN = 0.1  # seconds per goodput-series bin
 FINE_BIN = 0.02
 # How long endpoints may take to start (interpreter, imports, sockets) before the arm gives up.
 READY_TIMEOUT_S = 60.0
+# The transport's endpoints of an arm run in one process per role (`srd group`, transport/io/group.py):
+# a process per host was woken for every packet of its flow, tens of ms apart, and paid for cold caches
+# each time. FABRICLAB_ENDPOINT_GROUPS=0 runs a process per endpoint instead (to compare the two).
+GROUPS_ENV = "FABRICLAB_ENDPOINT_GROUPS"
 
 Procs = tuple[list[subprocess.Popen], list[subprocess.Popen]]  # (receivers, senders)
 
@@ -154,6 +158,41 @@ def popen(ctx: ArmContext, host: str, cmd: list[str], out_file: Path | None = No
             stdout.close()
     ctx.procs.append(p)
     return p
+
+
+def grouped(ctx: ArmContext) -> bool:
+    """Whether this arm's endpoints share a process per role: when every host of its flows is on this
+    machine (a namespace we can enter), unless GROUPS_ENV says not to."""
+    if os.environ.get(GROUPS_ENV, "1") == "0":
+        return False
+    return all(ctx.fab.host_namespace(h) for f in ctx.flows for h in (f.src, f.dst))
+
+
+def start_group(ctx: ArmContext, name: str, entries: list[tuple[str, list[str], float]],
+                hold: bool) -> subprocess.Popen:
+    """One `srd group` process for `entries` (host, its endpoint's command after `-m cli.endpoint`, i.e.
+    `srd recv ...` or `srd send ...`, and its start offset after the release), each endpoint's sockets
+    opened in its host's network namespace; started in the first host."""
+    if any(argv[:1] != ["srd"] for _, argv, _ in entries):
+        raise ValueError("a group holds `srd recv` and `srd send` endpoints only")
+    spec = {"hold": hold, "endpoints": [
+        {"argv": argv[1:], "netns": ctx.fab.host_namespace(host), "start_s": start}
+        for host, argv, start in entries]}
+    d = ctx.raw_dir / "groups"
+    d.mkdir(exist_ok=True)
+    path = d / f"{name}.json"
+    path.write_text(json.dumps(spec, indent=1))
+    from experiments.endpoints import command_line
+
+    return popen(ctx, entries[0][0], command_line("srd", "group", str(path)))
+
+
+def release_group(ctx: ArmContext, ready: list[Path], group: subprocess.Popen) -> None:
+    """`release_when_ready` for a held group: one SIGUSR1 once every endpoint is ready (t0); the group
+    starts each sender at its own offset."""
+    pids = wait_ready(ready, [group])
+    ctx.t0 = time.monotonic()
+    os.kill(pids[0], signal.SIGUSR1)
 
 
 def ready_file(ctx: ArmContext, name: str) -> Path:

@@ -31,7 +31,9 @@ class Srd(base.ArmKind):
         # one) is one bandwidth-delay product rather than a fixed 64 packets.
         framing = srd_framing(datagram, w.message_size)
         rtt = {i: topology_base_rtt(ctx.topo, f.src, f.dst, framing) for i, f in enumerate(ctx.flows)}
-        receivers, ready = [], []
+        receivers: list = []
+        ready: list = []
+        recv_entries: list[tuple[str, list[str], float]] = []
         for dst in sorted({f.dst for f in ctx.flows}):
             ready.append(base.ready_file(ctx, f"recv-{dst}"))
             base_rtt = max(rtt[i] for i, f in enumerate(ctx.flows) if f.dst == dst)
@@ -43,9 +45,15 @@ class Srd(base.ArmKind):
                 cmd += ["--cc", arm.sender.cc]
             if w.request_response:
                 cmd += ["--response-size", "64"]
-            receivers.append(base.popen(ctx, dst, cmd))
+            recv_entries.append((dst, cmd[3:], 0.0))
+        if base.grouped(ctx):
+            receivers.append(base.start_group(ctx, "receivers", recv_entries, hold=False))
+        else:
+            receivers.extend(base.popen(ctx, host, command_line(*argv)) for host, argv, _ in recv_entries)
         base.wait_ready(ready, receivers)
-        senders, ready = [], []
+        senders: list = []
+        ready = []
+        send_entries: list[tuple[str, list[str], float]] = []
         for i, f in enumerate(ctx.flows):
             ready.append(base.ready_file(ctx, f"send-{i}"))
             # EV e of the flow leaving its host i-th leaves from base + 16 i + e: ECMP sees other ports.
@@ -63,8 +71,13 @@ class Srd(base.ArmKind):
             if w.request_response:
                 cmd += ["--request-response", "--closed-loop", "8"]
             cmd += arm.sender.args()
-            senders.append(base.popen(ctx, f.src, cmd))
-        base.release_when_ready(ctx, ready, senders)
+            send_entries.append((f.src, cmd[3:], f.start_s))
+        if base.grouped(ctx):
+            senders.append(base.start_group(ctx, "senders", send_entries, hold=True))
+            base.release_group(ctx, ready, senders[0])
+        else:
+            senders.extend(base.popen(ctx, host, command_line(*argv)) for host, argv, _ in send_entries)
+            base.release_when_ready(ctx, ready, senders)
         return receivers, senders
 
     def parse(self, raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:

@@ -212,7 +212,7 @@ class Poller:
     seconds; None blocks.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, select_below: int = 1024) -> None:
         if hasattr(select, "epoll"):
             self._ep = select.epoll()
             self._ms = False
@@ -221,17 +221,27 @@ class Poller:
             self._ms = True
         self._fds: list[int] = []
         self._select_ok = True
+        # Short waits use select() only while it watches fewer descriptors than this: it scans every
+        # one on each call, which with hundreds (a LoopGroup's) costs more than sleeping the gap through.
+        self._select_below = select_below
 
     def register(self, fd: int) -> None:
         self._ep.register(fd, select.POLLIN)
         self._fds.append(fd)
         # select() only takes descriptors below FD_SETSIZE (1024 on Linux).
-        self._select_ok = self._select_ok and fd < 1024
+        self._select_ok = self._select_ok and fd < 1024 and len(self._fds) < self._select_below
+
+    def unregister(self, fd: int) -> None:
+        self._ep.unregister(fd)
+        self._fds.remove(fd)
+        self._select_ok = all(f < 1024 for f in self._fds) and len(self._fds) < self._select_below
 
     def poll(self, timeout: float | None) -> list[tuple[int, int]]:
         if timeout is not None and 0 < timeout < 0.001:
             if not self._select_ok:
-                return self._ep.poll(0)  # the caller comes straight back: a spin, not a sleep
+                # Too many descriptors for select(): sleep the short gap through, then look.
+                time.sleep(timeout)
+                return self._ep.poll(0)
             # epoll and poll round timeouts up to whole milliseconds, far longer than an ACK delay
             # or a pacing gap; select() sleeps with microsecond resolution (and costs more per
             # call, which only matters when it sleeps anyway).
@@ -297,6 +307,8 @@ class EventLoop:
         self._sys_started = self._sys_finished = 0.0  # of which in the kernel (os.times().system)
         self._next_progress = 0.0
         self._recv_size = max(65535, config.mtu + 64)
+        # Set by a LoopGroup (transport/io/group.py): this loop's share of the process's CPU.
+        self._shared_cpu: dict[str, float] | None = None
 
     def _register(self, sock: socket.socket, reader: Callable[[float], int]) -> None:
         """Tune `sock`, read it with `reader(now)` whenever it is readable, close it in close()."""
@@ -408,8 +420,14 @@ class EventLoop:
             self._cpu_finished = time.process_time()
             self._sys_finished = os.times().system
 
+    def on_loop_end(self, now: float) -> None:
+        """Last work once the loop has stopped (run by `run` and by a LoopGroup)."""
+
     def cpu_metrics(self) -> dict[str, float]:
-        """CPU seconds of this process: while the loop ran (the traffic), and in all (start-up too)."""
+        """CPU seconds of this process: while the loop ran (the traffic), and in all (start-up too);
+        in a LoopGroup, this loop's share of the group's."""
+        if self._shared_cpu is not None:
+            return dict(self._shared_cpu)
         end = self._cpu_finished if self._cpu_finished is not None else time.process_time()
         start = self._cpu_started if self._cpu_started is not None else end
         sys_end = self._sys_finished if self._cpu_finished is not None else os.times().system

@@ -512,10 +512,15 @@ class Receiver(EventLoop):
             self.open()
         try:
             self._run_loop()
-            self._socket_drops = socket_drops([self.sock]) if self.sock else None
-            return self.metrics()
+            return self.results()
         finally:
             self.close()
+
+    def results(self) -> ReceiverMetrics:
+        """The metrics once the loop has ended, with what the kernel dropped on the socket (read in
+        its network namespace)."""
+        self._socket_drops = socket_drops([self.sock]) if self.sock else None
+        return self.metrics()
 
     def snapshot(self) -> dict[str, Any]:
         elapsed = max(1e-9, time.monotonic() - (self.first_packet or self.started))

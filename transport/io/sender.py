@@ -281,12 +281,21 @@ class Sender(EventLoop):
             self.open()
         try:
             self._run_loop()
-            # One last flush so that ACKs for responses received in the final turn leave.
-            self.pump.flush(time.monotonic())  # type: ignore[union-attr]
-            self._socket_drops = socket_drops(self.socks)
-            return self.metrics()
+            self.on_loop_end(time.monotonic())
+            return self.results()
         finally:
             self.close()
+
+    def results(self) -> SenderMetrics:
+        """The metrics once the loop has ended, with what the kernel dropped on the sockets (read
+        in their network namespace)."""
+        self._socket_drops = socket_drops(self.socks)
+        return self.metrics()
+
+    def on_loop_end(self, now: float) -> None:
+        # One last flush so that ACKs for responses received in the final turn leave.
+        if self.pump is not None:
+            self.pump.flush(now)
 
     def snapshot(self) -> dict[str, Any]:
         elapsed = max(1e-9, time.monotonic() - self.started)
