@@ -99,11 +99,12 @@ class LoopGroup:
         self.loops = loops
         self.starts = starts or [0.0] * len(loops)
         self._poller = Poller(select_below=SELECT_BELOW)
-        self._owner: dict[int, tuple[EventLoop, Callable[[float], int]]] = {}
-        for loop in loops:
+        # fd -> (index of its loop, its reader)
+        self._owner: dict[int, tuple[int, Callable[[float], int]]] = {}
+        for i, loop in enumerate(loops):
             for fd, reader in loop._handlers.items():
                 self._poller.register(fd)
-                self._owner[fd] = (loop, reader)
+                self._owner[fd] = (i, reader)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -115,9 +116,7 @@ class LoopGroup:
         """Stop every loop after the current turn; safe from signal handlers."""
         self._stopping = True
         for loop in self.loops:
-            if not loop._stopping:
-                loop.stop_reason = reason
-                loop._stopping = True
+            loop.stop(reason)
         try:
             self._wake_w.send(b"x")
         except OSError:
@@ -142,7 +141,6 @@ class LoopGroup:
         ended = [False] * len(self.loops)
         heap = [(w, next(tie), i) for i, w in enumerate(wake) if w is not None]
         heapq.heapify(heap)
-        index = {id(loop): i for i, loop in enumerate(self.loops)}
         live = len(self.loops)
         poll = self._poller.poll
         owner = self._owner
@@ -195,7 +193,6 @@ class LoopGroup:
                             continue  # its socket was read before its start: nothing to send yet
                         started[i] = True
                         loop.started = now
-                        loop._cpu_started = 0.0
                         if loop.duration:
                             deadline[i] = now + loop.duration
                     d = deadline[i]
@@ -242,9 +239,9 @@ class LoopGroup:
                         entry = owner.get(fd)
                         if entry is None:
                             continue
-                        loop, reader = entry
+                        i, reader = entry
                         n += reader(now)
-                        touched.add(index[id(loop)])
+                        touched.add(i)
                     if n >= RECV_BATCH or self._stopping:
                         break
                     ready = poll(0)
