@@ -99,6 +99,7 @@ class Fabric:
         self.shaper: InterfaceShaper | None = None
         self._ecn: set[str] = set()  # interfaces whose egress marks ECN (set_ecn)
         self._loss: dict[str, float] = {}  # interfaces whose loss was changed at runtime (set_loss)
+        self._rate: dict[str, float] = {}  # interfaces whose rate was changed at runtime (set_rate)
         self._old_handlers: dict[int, Any] = {}
         self._started = False
 
@@ -345,7 +346,8 @@ class Fabric:
         """What lk's egress at `end` is configured with now (the topology's values plus runtime changes)."""
         if loss_pct is None:
             loss_pct = self._loss.get(lk.intf(end), lk.loss_pct)
-        return Impairment(lk.rate_mbps, lk.delay_ms, loss_pct, lk.queue_packets, ecn=lk.intf(end) in self._ecn)
+        rate = self._rate.get(lk.intf(end), lk.rate_mbps)
+        return Impairment(rate, lk.delay_ms, loss_pct, lk.queue_packets, ecn=lk.intf(end) in self._ecn)
 
     def _runner_for(self, node_name: str):
         if self.topology.node(node_name).is_switch and not self.isolated:
@@ -544,15 +546,28 @@ class Fabric:
         return changed
 
     def set_rate(self, a: str, b: str, rate_mbps: float) -> None:
-        """Change the rate of link a-b in both directions at runtime."""
+        """Change the rate of link a-b in both directions at runtime. The new rate is remembered, so a later
+        set_loss or set_ecn on the link keeps it (and RED is sized to it)."""
+        assert self.shaper is not None and self.state is not None
         lk = self._link(a, b)
         if rate_mbps <= 0:
             raise EmulatorError(f"rate {rate_mbps} Mb/s: give a positive rate")
         for end in (lk.a, lk.b):
-            cmd = rate_change_command(lk.intf(end), rate_mbps)
-            code, out = self._runner_for(end)(cmd)
-            if code != 0:
-                raise EmulatorError(f"could not change the rate of {lk.intf(end)}: {out.strip()}")
+            intf = lk.intf(end)
+            had_rate = self._impairment(lk, end).rate_mbps
+            self._rate[intf] = rate_mbps
+            if had_rate and intf not in self._ecn:
+                # Changing the HTB class in place keeps the queue and the packets in it.
+                code, out = self._runner_for(end)(rate_change_command(intf, rate_mbps))
+                if code != 0:
+                    raise EmulatorError(f"could not change the rate of {intf}: {out.strip()}")
+                continue
+            # No HTB to change (the link was unshaped) or RED sized to the old rate: shape it afresh.
+            tables = self.shaper.apply(intf, self._impairment(lk, end), self._runner_for(end))
+            if self._in_root_namespace(end):
+                self.state.nft_tables = sorted(set(self.state.nft_tables) | set(tables))
+        self.state.save()
+        log.info("link %s: rate %s Mb/s", lk.name, rate_mbps)
 
     # -- teardown ------------------------------------------------------------------------------
     def stop(self) -> None:

@@ -111,6 +111,26 @@ def test_iperf3_tcp_reaches_80_percent_of_link_rate(ls222):
     assert mbps >= 0.8 * rate, f"iperf3 TCP {mbps:.1f} Mb/s on a {rate} Mb/s path"
 
 
+def test_a_runtime_rate_survives_a_later_loss_change(ls222):
+    sw, _ = ls222.topology.host_switch("h1")
+    intf = ls222.topology.links_between("h1", sw)[0].intf("h1")
+    rate = ls222.topology.links_between("h1", sw)[0].rate_mbps
+
+    def htb_rate() -> str:
+        return ls222.host("h1").cmd(f"tc class show dev {intf}")
+
+    try:
+        ls222.set_rate("h1", sw, 10)
+        assert "rate 10Mbit" in htb_rate()
+        # Loss re-shapes the interface from its recorded impairment, which must hold the new rate.
+        ls222.set_loss("h1", sw, 1.0)
+        assert "rate 10Mbit" in htb_rate(), htb_rate()
+    finally:
+        ls222.set_loss("h1", sw, 0.0)
+        ls222.set_rate("h1", sw, rate)
+    assert f"rate {int(rate)}Mbit" in htb_rate()
+
+
 def test_links_api_reports_utilisation(ls222):
     before = ls222.api.links()
     run_probe(ls222, "h1", "h4", packets=2000, entropy="rotate", rate_pps=4000)

@@ -81,3 +81,49 @@ def test_delay_without_netem_stops_before_anything_is_created(tmp_path, monkeypa
     message = str(err.value)
     assert "\n" not in message and "delay_ms=2.0" in message and "make vm-shell" in message
     assert fab.state is None and list(tmp_path.iterdir()) == []
+
+
+class _RecordedState:
+    nft_tables: list[str] = []
+
+    def save(self) -> None:
+        pass
+
+
+def _recording_fabric(monkeypatch):
+    """A Fabric that was never started, whose tc commands are recorded instead of run."""
+    from emulator.network import Fabric
+    from topologies import parse_spec
+
+    fab = Fabric(parse_spec("leaf-spine:spines=1,leaves=2,hosts=1,rate=20,delay=1"))
+    fab.shaper = InterfaceShaper(netem=True, nft_egress=True, red_ecn=True)
+    fab.state = _RecordedState()
+    ran: list[list[str]] = []
+    monkeypatch.setattr(fab, "_runner_for", lambda node: lambda cmd: (ran.append(cmd), (0, ""))[1])
+    return fab, ran
+
+
+def _rates(cmds: list[list[str]]) -> set[str]:
+    return {c[c.index("rate") + 1] for c in cmds if c[:2] == ["tc", "class"]}
+
+
+def test_a_runtime_rate_is_kept_when_loss_or_ecn_reshape_the_link(monkeypatch):
+    # Loss through netem and ECN both shape the interface afresh from its recorded impairment; a rate
+    # set at runtime must be in that record, or they silently put the topology's rate back.
+    fab, ran = _recording_fabric(monkeypatch)
+    sw, _ = fab.topology.host_switch("h1")
+    fab.set_rate("h1", sw, 2)
+    assert _rates(ran) == {"2mbit"}
+    ran.clear()
+    fab.set_loss("h1", sw, 1.0)
+    assert _rates(ran) == {"2mbit"}
+    ran.clear()
+    fab.set_ecn("h1", sw)
+    assert _rates(ran) == {"2mbit"}
+    red = next(c for c in ran if "red" in c)
+    assert red[red.index("bandwidth") + 1] == "2mbit"
+    ran.clear()
+    # With RED on, a rate change shapes afresh so RED's thresholds follow the new rate.
+    fab.set_rate("h1", sw, 8)
+    red = next(c for c in ran if "red" in c)
+    assert red[red.index("bandwidth") + 1] == "8mbit"
