@@ -29,6 +29,15 @@ IDLE_TUNING = "other_config:max-revalidator=10000 other_config:stats-update-inte
 # cost (4x4x4 leaf-spine: 740 µs per traversal by default, 216 µs with the heap kept). Kept heap: the
 # daemon's peak, a few MB.
 HEAP_ENV = "MALLOC_TRIM_THRESHOLD_=268435456"
+# ... and glibc's malloc itself costs: those buffers (1.5 or 9 kB) are above its per-thread cache, and
+# malloc and free were 12 % of a leaf daemon's CPU. tcmalloc keeps them in per-size free lists: a
+# traversal cost 10-17 % less, turn about with glibc on this machine (demo fabric 154-168 against 189-203
+# µs, 4x4x4 jumbo 234 against 264; jemalloc was no better than glibc). `make setup` installs it; the path
+# is resolved by the shell that starts the daemon, so where the library is missing (a remote server
+# without it) the daemon runs on glibc, with the kept heap above.
+TCMALLOC = "/usr/lib/*/libtcmalloc_minimal.so.4"
+ALLOCATOR_ENV = f'LD_PRELOAD="$(ls {TCMALLOC} 2>/dev/null | head -n 1)"'
+DAEMON_ENV = f"{HEAP_ENV} {ALLOCATOR_ENV}"
 
 
 def start_commands(directory: str, db_socket: str) -> list[str]:
@@ -45,7 +54,7 @@ def start_commands(directory: str, db_socket: str) -> list[str]:
         f"ovsdb-server {d}/conf.db --remote=punix:{db} --pidfile={d}/ovsdb-server.pid "
         f"--unixctl={d}/ovsdb-server.ctl --log-file={d}/ovsdb-server.log {common}",
         f"ovs-vsctl --db=unix:{db} --no-wait init -- set Open_vSwitch . {IDLE_TUNING}",
-        f"{HEAP_ENV} ovs-vswitchd unix:{db} --pidfile={d}/ovs-vswitchd.pid --unixctl={d}/ovs-vswitchd.ctl "
+        f"{DAEMON_ENV} ovs-vswitchd unix:{db} --pidfile={d}/ovs-vswitchd.pid --unixctl={d}/ovs-vswitchd.ctl "
         f"--log-file={d}/ovs-vswitchd.log {common}",
     ]
 

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 APT_PACKAGES=(mininet openvswitch-switch nftables iperf3 iputils-ping ethtool iproute2 procps kmod
-              python3-venv python3-pip tcpdump openssh-client openssh-server sudo)
+              python3-venv python3-pip tcpdump openssh-client openssh-server sudo libtcmalloc-minimal4)
 # openssh-server provides the sshd binary that `fabriclab cluster` starts inside its namespace servers
 # (listening on their private underlay only); the system's own sshd service is not started or enabled.
 # Vagrant is only used to validate the Vagrantfile; it is optional (not in every Ubuntu release).
@@ -94,9 +94,10 @@ fi
 # Open vSwitch: start it unless ovs-vswitchd already answers.
 if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
     log "starting Open vSwitch"
-    # The kept heap: see HEAP_ENV in emulator/ovs_daemons.py (each port poll's receive buffers would
-    # otherwise be returned to the kernel and faulted in again on every wake-up).
-    MALLOC_TRIM_THRESHOLD_=268435456 \
+    # The kept heap and tcmalloc: see HEAP_ENV and ALLOCATOR_ENV in emulator/ovs_daemons.py (each port
+    # poll's receive buffers would otherwise be returned to the kernel and faulted in again on every
+    # wake-up, and glibc's malloc of them is slow).
+    MALLOC_TRIM_THRESHOLD_=268435456 LD_PRELOAD="$(ls /usr/lib/*/libtcmalloc_minimal.so.4 2>/dev/null | head -n 1)" \
         /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-monitor >/dev/null 2>&1 || true
     ovs-vsctl --timeout=10 show >/dev/null || { echo "setup: Open vSwitch did not start; see /var/log/openvswitch/" >&2; exit 1; }
 fi
