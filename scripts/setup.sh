@@ -18,6 +18,9 @@ APT_PACKAGES=(mininet openvswitch-switch nftables iperf3 iputils-ping ethtool ip
 # (listening on their private underlay only); the system's own sshd service is not started or enabled.
 # Vagrant is only used to validate the Vagrantfile; it is optional (not in every Ubuntu release).
 OPTIONAL_PACKAGES=(vagrant)
+# A C compiler builds pollskip (below) for the userspace datapath's per-switch daemons; the VM's image,
+# on the kernel datapath, does without.
+[ -n "${FABRICLAB_IMAGE_BUILD:-}" ] || APT_PACKAGES+=(gcc libc6-dev)
 if [ "${FABRICLAB_DEV_TOOLS:-1}" != 0 ]; then
     APT_PACKAGES+=(chromium chromium-driver)
 else
@@ -75,6 +78,22 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "$want" >"$stamp"
 fi
 
+# pollskip (emulator/native/pollskip.c): preloaded into the per-switch Open vSwitch daemons, it saves
+# the ~15 reads per wake-up that their poll() already found empty. Rebuilt when its source changes;
+# without a C compiler the daemons run without it (fabriclab doctor says so).
+shim_src=emulator/native/pollskip.c
+shim="$VENV/lib/fabriclab-pollskip.so"
+shim_want=$(sha256sum "$shim_src" | cut -d' ' -f1)
+if [ "$(cat "$shim.sha256" 2>/dev/null)" != "$shim_want" ] || [ ! -f "$shim" ]; then
+    if command -v gcc >/dev/null 2>&1; then
+        log "building $shim"
+        gcc -O2 -Wall -shared -fPIC -o "$shim.tmp" "$shim_src" -ldl && mv "$shim.tmp" "$shim" \
+            && echo "$shim_want" >"$shim.sha256"
+    else
+        log "no C compiler: the switch daemons run without $shim (apt-get install gcc libc6-dev)"
+    fi
+fi
+
 # In a chroot (the VM image being built: scripts/vm/build.sh sets FABRICLAB_IMAGE_BUILD) nothing is
 # started: its kernel is the host's, and so would be the Open vSwitch it started.
 if [ -n "${FABRICLAB_IMAGE_BUILD:-}" ] \
@@ -94,7 +113,7 @@ fi
 # Open vSwitch: start it unless ovs-vswitchd already answers.
 if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
     log "starting Open vSwitch"
-    # The kept heap and tcmalloc: see HEAP_ENV and ALLOCATOR_ENV in emulator/ovs_daemons.py (each port
+    # The kept heap and tcmalloc: see daemon_env() in emulator/ovs_daemons.py (each port
     # poll's receive buffers would otherwise be returned to the kernel and faulted in again on every
     # wake-up, and glibc's malloc of them is slow).
     MALLOC_TRIM_THRESHOLD_=268435456 LD_PRELOAD="$(ls /usr/lib/*/libtcmalloc_minimal.so.4 2>/dev/null | head -n 1)" \

@@ -314,7 +314,10 @@ def test_switch_daemons_keep_their_heap_between_wake_ups(narrowing):
         env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert any(e.startswith(b"MALLOC_TRIM_THRESHOLD_=") for e in env), f"daemon {pid} trims its heap"
         # make setup installs tcmalloc, whose free lists hold those buffers (glibc's malloc of them is slow).
-        assert "libtcmalloc_minimal.so" in Path(f"/proc/{pid}/maps").read_text(), f"daemon {pid} runs on glibc's malloc"
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        assert "libtcmalloc_minimal.so" in maps, f"daemon {pid} runs on glibc's malloc"
+        # ... and pollskip, built by make setup, saves the reads its poll() found empty.
+        assert "fabriclab-pollskip.so" in maps, f"daemon {pid} runs without pollskip"
     run_probe(narrowing, "h1", "h2", packets=50, rate_pps=500.0, size=1000)  # warm: heaps at their peak
     before = sum(_minor_faults(p) for p in pids)
     res = run_probe(narrowing, "h1", "h2", packets=400, rate_pps=500.0, size=1000)
