@@ -36,8 +36,9 @@ def build() -> Experiment:
         "of which cross the servers' NICs; the hierarchical all-reduce reduce-scatters inside each server, "
         "all-reduces each shard across servers (rank i of every server together), and all-gathers inside: "
         "the NICs carry a quarter of the bytes, shared by the server's four shard rings.",
-        # Jumbo frames: the local links run at 100 Mb/s, and the emulator's cost follows packets.
-        topology=f"in-server:servers={SERVERS},gpus={GPUS}",
+        # Jumbo frames, and the local links at 25 Mb/s (the NICs at 5): the emulator's cost follows
+        # packets: eight ranks at the builder's 100/20 kept a 2-core machine 19-26 % idle, at 50/10 31-38 %.
+        topology=f"in-server:servers={SERVERS},gpus={GPUS},gpu_rate=25,nic_rate=5",
         arms=[
             Arm(FLAT, kind="allreduce", mode="local", policy="spray", workload=work("all-reduce", 1)),
             Arm(HIERARCHICAL, kind="allreduce", mode="local", policy="spray", workload=work("hierarchical", GPUS)),

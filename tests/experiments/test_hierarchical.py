@@ -18,10 +18,10 @@ def test_arms_run_the_plan_collectives_over_both_servers():
 
 
 def test_bounds_use_the_rate_the_transfers_get():
-    topo = parse_spec(hierarchical.build().topology)  # GPU links 100 Mb/s, one 20 Mb/s NIC per server
+    topo = parse_spec(hierarchical.build().topology)  # GPU links 25 Mb/s, one 5 Mb/s NIC per server
     ranks = [f"s{s}g{g}" for s in (1, 2) for g in (1, 2, 3, 4)]
-    # The flat ring: one edge each way crosses each NIC, so every edge gets the NIC's 20 Mb/s.
-    assert bottleneck_mbps(topo, _ring_edges(ranks)) == pytest.approx(20.0)
+    # The flat ring: one edge each way crosses each NIC, so every edge gets the NIC's 5 Mb/s.
+    assert bottleneck_mbps(topo, _ring_edges(ranks)) == pytest.approx(5.0)
     # The hierarchical outer level: four shard rings share each NIC; the inner level runs at the GPU links.
-    assert bottleneck_mbps(topo, _across_groups(ranks, 4)) == pytest.approx(5.0)
-    assert bottleneck_mbps(topo, _group_ring(ranks, 4)) == pytest.approx(100.0)
+    assert bottleneck_mbps(topo, _across_groups(ranks, 4)) == pytest.approx(1.25)
+    assert bottleneck_mbps(topo, _group_ring(ranks, 4)) == pytest.approx(25.0)
