@@ -18,9 +18,13 @@ APT_PACKAGES=(mininet openvswitch-switch nftables iperf3 iputils-ping ethtool ip
 # (listening on their private underlay only); the system's own sshd service is not started or enabled.
 # Vagrant is only used to validate the Vagrantfile; it is optional (not in every Ubuntu release).
 OPTIONAL_PACKAGES=(vagrant)
-# A C compiler builds pollskip (below) for the userspace datapath's per-switch daemons; the VM's image,
-# on the kernel datapath, does without.
-[ -n "${FABRICLAB_IMAGE_BUILD:-}" ] || APT_PACKAGES+=(gcc libc6-dev)
+# A C compiler builds pollskip (below) for the userspace datapath's per-switch daemons. Where the kernel
+# has the openvswitch module (the VM: its image has no compiler and its boot no network) it is not
+# needed, and neither is it while an image is built.
+if [ -z "${FABRICLAB_IMAGE_BUILD:-}" ] && [ ! -d /sys/module/openvswitch ] \
+   && ! modprobe -q -n openvswitch 2>/dev/null; then
+    APT_PACKAGES+=(gcc libc6-dev)
+fi
 if [ "${FABRICLAB_DEV_TOOLS:-1}" != 0 ]; then
     APT_PACKAGES+=(chromium chromium-driver)
 else
