@@ -126,6 +126,8 @@ def test_incast_credit_shares_the_receiver_and_nothing_vanishes(tmp_path):
         assert a["vanished_packets"] == 0, a["name"]
         assert a["incast_completion_ratio"] is not None and a["incast_completion_ratio"] >= 1.0
     assert credit["receiver_queue_drops"] == 0
-    assert credit["incast_completion_ratio"] <= 1.10  # the target is 1.05; measured 1.02
+    # The target is 1.05; measured 1.02-1.04 (five runs). The message carries the arm's CPU
+    # verdict: once, in a full suite, it read 1.11, and a starved emulator finishes late.
+    assert credit["incast_completion_ratio"] <= 1.10, (credit["incast_completion_ratio"], credit["fidelity"])
     assert credit["queue_max_packets"] < delay["queue_max_packets"]
     assert credit["completion_spread"] <= delay["completion_spread"]
