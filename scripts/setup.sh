@@ -84,7 +84,7 @@ fi
 
 # pollskip (emulator/native/pollskip.c): preloaded into the per-switch Open vSwitch daemons, it saves
 # the ~15 reads per wake-up that their poll() already found empty. Rebuilt when its source changes;
-# without a C compiler the daemons run without it (fabriclab doctor says so).
+# without a C compiler the daemons run without it (setup says so here).
 shim_src=emulator/native/pollskip.c
 shim="$VENV/lib/fabriclab-pollskip.so"
 shim_want=$(sha256sum "$shim_src" | cut -d' ' -f1)

@@ -196,8 +196,12 @@ int dup3(int oldfd, int newfd, int flags)
     return r;
 }
 
-static int fcntl_common(int fd, int cmd, long arg)
+int fcntl(int fd, int cmd, ...)
 {
+    va_list ap;
+    va_start(ap, cmd);
+    long arg = va_arg(ap, long);
+    va_end(ap);
     ENSURE(fcntl);
     int r = real_fcntl(fd, cmd, arg);
     if (fd >= 0 && fd < MAX_FD) {
@@ -210,20 +214,5 @@ static int fcntl_common(int fd, int cmd, long arg)
     return r;
 }
 
-int fcntl(int fd, int cmd, ...)
-{
-    va_list ap;
-    va_start(ap, cmd);
-    long arg = va_arg(ap, long);
-    va_end(ap);
-    return fcntl_common(fd, cmd, arg);
-}
-
-int fcntl64(int fd, int cmd, ...)
-{
-    va_list ap;
-    va_start(ap, cmd);
-    long arg = va_arg(ap, long);
-    va_end(ap);
-    return fcntl_common(fd, cmd, arg);
-}
+/* Programs built with large-file support call fcntl64: the same function. */
+int fcntl64(int fd, int cmd, ...) __attribute__((alias("fcntl")));
