@@ -121,6 +121,35 @@ def test_failover_reads_recovery_from_the_fine_series_when_a_flow_has_one():
     assert an["recovery_rtos"]["fine"] == pytest.approx(1.2, abs=0.45)
 
 
+def test_failover_pairs_the_speedup_within_each_repetition_and_reports_the_median():
+    # Two repetitions: adaptive out for 3 and 9 fine bins (60, 180 ms), the rerouted ECMP arm for 60
+    # and 90 (1.2 s, 1.8 s). The speed-up is taken within a repetition (20x and 10x), not across.
+    from experiments.scenarios import failover
+
+    fault = [{"kind": "link_down", "a": "leaf1", "b": "spine1", "at_s": 3.0}]
+
+    def arm(name, rep, out_bins):
+        fine = [10e6] * 150 + [0.0] * out_bins + [10e6] * 300
+        return {"name": name, "repetition": rep, "faults": fault,
+                "goodput_series": {"bin_s": 0.1, "bps": [10e6] * 90},
+                "flows": [{"series_bps": [], "fine_series_bps": fine, "rto_s": 0.06}]}
+
+    doc = {"arms": [arm(failover.ADAPTIVE, 0, 3), arm(failover.ECMP_REROUTE, 0, 60),
+                    arm(failover.ADAPTIVE, 1, 9), arm(failover.ECMP_REROUTE, 1, 90)], "extra": {}}
+    an = failover.analyse(doc, None)  # type: ignore[arg-type]
+    adaptive = an["recovery_s_by_repetition"][failover.ADAPTIVE]
+    reroute = an["recovery_s_by_repetition"][failover.ECMP_REROUTE]
+    assert adaptive == [pytest.approx(0.06, abs=0.021), pytest.approx(0.18, abs=0.021)]
+    assert reroute == [pytest.approx(1.2, abs=0.021), pytest.approx(1.8, abs=0.021)]
+    speed = an["adaptive_speedup"]
+    assert speed["by_repetition"] == [pytest.approx(r / a, rel=0.01) for a, r in zip(adaptive, reroute, strict=True)]
+    assert speed["min"] == min(speed["by_repetition"]) and speed["min"] < speed["median"]
+    assert an["recovery_s"][failover.ADAPTIVE] == pytest.approx(sum(adaptive) / 2)
+    doc["analysis"] = an
+    said = " ".join(failover.sentences(doc))
+    assert "the median of 2 repetitions" in said and "repetition 1" in said
+
+
 def test_flow_recovery_from_a_goodput_series():
     # 10 Mb/s for 3 s, nothing for 0.5 s after a fault at 3 s, then 10 Mb/s again (0.1 s bins).
     series = [10e6] * 30 + [0.0] * 5 + [10e6] * 30
