@@ -14,12 +14,29 @@
  * descriptor is readable (level-triggered). Blocking reads are never skipped: a read blocks unless it
  * says MSG_DONTWAIT or its descriptor is O_NONBLOCK, which is cached per descriptor (one fcntl in its
  * life), forgotten on close() and updated by fcntl(F_SETFL). Only descriptors below MAX_FD are handled.
+ *
+ * poll() on epoll: the same daemon's poll() of its ~20 descriptors cost ~12 % of its CPU in the kernel
+ * alone, re-arming and tearing down a wait-queue entry on every descriptor at every wake-up (sock_poll,
+ * fdget, poll_freewait). One thread per process (the first whose poll() asks about EPOLL_MIN
+ * descriptors or more: OVS's main loop) has its poll() answered by a level-triggered epoll set kept in
+ * step with the descriptors it asks about: a descriptor is added the first time it is asked about,
+ * modified when its events change, and removed when a call no longer asks about it (a descriptor left
+ * registered would wake the thread for data it chose not to read) and before close(), dup2() or dup3()
+ * replaces it. A call this cannot answer exactly (a descriptor epoll refuses, such as a regular file, a
+ * closed descriptor, a descriptor named twice, too many descriptors) goes to the real poll(). The
+ * kernel drops a registration by itself when a descriptor's file is closed behind this library's back;
+ * every timeout and every VERIFY_EVERY calls the set is checked and such a descriptor added again.
+ * FABRICLAB_POLLSKIP_EPOLL=0 in the environment leaves poll() to the kernel.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -86,10 +103,206 @@ static int known_empty(int fd, int dontwait)
         } \
     } while (0)
 
+/* --- poll() on epoll -------------------------------------------------------------------------- */
+
+#define EPOLL_MIN 8       /* a poll() asking about this many descriptors or more picks its thread */
+#define EPOLL_MAX 256     /* a call asking about more goes to the real poll() */
+#define VERIFY_EVERY 1024 /* calls between two checks that the kernel still holds every registration */
+#define REGISTERED 0x80000000u /* in ep_events: the descriptor is in the set (EPOLLET, never used) */
+#define POLL_WANTS (POLLIN | POLLPRI | POLLOUT | POLLRDNORM | POLLRDBAND | POLLWRNORM | POLLWRBAND | POLLRDHUP)
+
+static pthread_mutex_t ep_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ep_state;              /* 0: no thread picked yet; 1: in use; -1: off (environment, fork, failure) */
+static pthread_t ep_thread;       /* the thread whose poll() it answers */
+static int ep_fd = -1;
+static uint32_t ep_events[MAX_FD];   /* REGISTERED | the events the set holds for the descriptor */
+static unsigned char ep_refused[MAX_FD]; /* epoll_ctl refused it (a regular file): real poll() */
+static int ep_list[MAX_FD];           /* the registered descriptors, densely */
+static int ep_slot[MAX_FD];           /* each one's place in ep_list */
+static int ep_count;
+static uint32_t ep_seen[MAX_FD];      /* the call that last asked about the descriptor */
+static int ep_index[MAX_FD];          /* and where in that call's array */
+static uint32_t ep_call;
+static uint32_t ep_since_verify;
+static int ep_verify_due;
+
+static void ep_child(void)
+{
+    /* A forked child shares the parent's epoll set: it must never change it. */
+    ep_state = -1;
+}
+
+static void ep_pick(void)
+{
+    pthread_mutex_lock(&ep_lock);
+    if (ep_state == 0) {
+        const char *env = getenv("FABRICLAB_POLLSKIP_EPOLL");
+        if (env && strcmp(env, "0") == 0) {
+            ep_state = -1;
+        } else if ((ep_fd = epoll_create1(EPOLL_CLOEXEC)) < 0 || ep_fd >= MAX_FD) {
+            ep_state = -1;
+        } else {
+            pthread_atfork(NULL, NULL, ep_child);
+            ep_thread = pthread_self();
+            ep_state = 1;
+        }
+    }
+    pthread_mutex_unlock(&ep_lock);
+}
+
+static void ep_unlist(int fd)
+{
+    int k = ep_slot[fd];
+    int last = ep_list[--ep_count];
+    ep_list[k] = last;
+    ep_slot[last] = k;
+    ep_events[fd] = 0;
+}
+
+/* The descriptor is about to be closed or replaced: out of the set first (a file still open under
+ * another descriptor would otherwise stay registered under this number). Called with ep_lock held. */
+static void ep_forget_locked(int fd)
+{
+    if (ep_state != 1 || fd < 0 || fd >= MAX_FD)
+        return;
+    if (fd == ep_fd) { /* the program closes our set: give up on it */
+        ep_state = -1;
+        return;
+    }
+    ep_refused[fd] = 0;
+    if (ep_events[fd] & REGISTERED) {
+        epoll_ctl(ep_fd, EPOLL_CTL_DEL, fd, NULL);
+        ep_unlist(fd);
+    }
+}
+
+static void ep_forget(int fd)
+{
+    if (ep_state != 1 || fd < 0 || fd >= MAX_FD)
+        return;
+    pthread_mutex_lock(&ep_lock);
+    ep_forget_locked(fd);
+    pthread_mutex_unlock(&ep_lock);
+}
+
+/* Puts the descriptor in the set with these events (REGISTERED set), or out of reach: 0 or -1. */
+static int ep_set(int fd, uint32_t want)
+{
+    struct epoll_event ev = {.events = want & ~REGISTERED, .data = {.fd = fd}};
+    int registered = (ep_events[fd] & REGISTERED) != 0;
+    int op = registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(ep_fd, op, fd, &ev) != 0) {
+        /* The kernel's view differs from ours: it dropped a closed file's registration (MOD: ENOENT)
+         * or holds one we did not make (ADD: EEXIST). */
+        if (errno == ENOENT || errno == EEXIST)
+            op = (op == EPOLL_CTL_MOD) ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+        else
+            op = -1;
+        if (op < 0 || epoll_ctl(ep_fd, op, fd, &ev) != 0) {
+            if (errno == EPERM)
+                ep_refused[fd] = 1;
+            if (registered)
+                ep_unlist(fd);
+            return -1;
+        }
+    }
+    if (!registered) {
+        ep_slot[fd] = ep_count;
+        ep_list[ep_count++] = fd;
+    }
+    ep_events[fd] = want;
+    return 0;
+}
+
+/* Re-asserts every registration, re-adding those the kernel dropped behind our back. */
+static void ep_verify(void)
+{
+    for (int k = 0; k < ep_count;) {
+        int fd = ep_list[k];
+        if (ep_set(fd, ep_events[fd]) == 0)
+            k++; /* else it was unlisted and another took slot k */
+    }
+    ep_since_verify = 0;
+    ep_verify_due = 0;
+}
+
+/* poll() answered from the epoll set; -2 when this call must go to the real poll(). */
+static int ep_poll(struct pollfd *fds, nfds_t nfds, int timeout)
+{
+    struct epoll_event evs[EPOLL_MAX];
+    if (nfds > EPOLL_MAX)
+        return -2;
+    pthread_mutex_lock(&ep_lock);
+    if (ep_state != 1) {
+        pthread_mutex_unlock(&ep_lock);
+        return -2;
+    }
+    uint32_t call = ++ep_call;
+    if (call == 0) {
+        memset(ep_seen, 0, sizeof ep_seen);
+        call = ep_call = 1;
+    }
+    for (nfds_t i = 0; i < nfds; i++) {
+        int fd = fds[i].fd;
+        fds[i].revents = 0;
+        if (fd < 0)
+            continue;
+        if (fd >= MAX_FD || ep_seen[fd] == call || ep_refused[fd])
+            goto refuse; /* out of range, named twice, or a file epoll cannot watch */
+        ep_seen[fd] = call;
+        ep_index[fd] = (int)i;
+        uint32_t want = ((uint32_t)fds[i].events & POLL_WANTS) | REGISTERED;
+        if (ep_events[fd] != want && ep_set(fd, want) != 0)
+            goto refuse; /* closed (poll reports POLLNVAL) or refused */
+    }
+    /* Descriptors this call does not ask about leave the set: level-triggered, data the caller chose
+     * not to read would otherwise wake it at once, again and again. */
+    for (int k = 0; k < ep_count;) {
+        int fd = ep_list[k];
+        if (ep_seen[fd] != call) {
+            epoll_ctl(ep_fd, EPOLL_CTL_DEL, fd, NULL);
+            ep_unlist(fd);
+        } else {
+            k++;
+        }
+    }
+    if (ep_verify_due || ++ep_since_verify >= VERIFY_EVERY)
+        ep_verify();
+    int epfd = ep_fd;
+    pthread_mutex_unlock(&ep_lock);
+
+    int n = epoll_wait(epfd, evs, EPOLL_MAX, timeout);
+    if (n < 0)
+        return -1; /* EINTR as poll() would */
+    int ready = 0;
+    for (int j = 0; j < n; j++) {
+        int fd = evs[j].data.fd;
+        if (fd < 0 || fd >= MAX_FD || ep_seen[fd] != call)
+            continue;
+        struct pollfd *p = &fds[ep_index[fd]];
+        p->revents = (short)(evs[j].events & ((uint32_t)(unsigned short)p->events | POLLERR | POLLHUP));
+        if (p->revents)
+            ready++;
+    }
+    if (n == 0 && timeout != 0)
+        ep_verify_due = 1; /* an idle spell: check before the next wait that nothing was dropped */
+    return ready;
+
+refuse:
+    pthread_mutex_unlock(&ep_lock);
+    return -2;
+}
+
 int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
     ENSURE(poll);
-    int n = real_poll(fds, nfds, timeout);
+    if (ep_state == 0 && nfds >= EPOLL_MIN)
+        ep_pick();
+    int n = -2;
+    if (ep_state == 1 && pthread_equal(pthread_self(), ep_thread))
+        n = ep_poll(fds, nfds, timeout);
+    if (n == -2)
+        n = real_poll(fds, nfds, timeout);
     int saved = errno;
     if (++generation == 0)
         generation = 1;
@@ -173,6 +386,7 @@ static void forget(int fd)
 
 int close(int fd)
 {
+    ep_forget(fd);
     forget(fd);
     ENSURE(close);
     return real_close(fd);
@@ -181,6 +395,8 @@ int close(int fd)
 int dup2(int oldfd, int newfd)
 {
     ENSURE(dup2);
+    if (oldfd != newfd)
+        ep_forget(newfd);
     int r = real_dup2(oldfd, newfd);
     if (r >= 0)
         forget(r);
@@ -190,6 +406,7 @@ int dup2(int oldfd, int newfd)
 int dup3(int oldfd, int newfd, int flags)
 {
     ENSURE(dup3);
+    ep_forget(newfd);
     int r = real_dup3(oldfd, newfd, flags);
     if (r >= 0)
         forget(r);

@@ -1,7 +1,9 @@
 """pollskip, the library preloaded into the per-switch OVS daemons: a non-blocking read on a descriptor the
 thread's last poll() found empty is answered EAGAIN without the kernel, nothing is lost (the next poll
 sees the data), and blocking reads are never answered for the kernel. Run in a child Python with the
-library preloaded (CPython's socket calls go through libc's recv, poll and accept)."""
+library preloaded (CPython's socket calls go through libc's recv, poll and accept). Its poll() on epoll
+answers every case as the kernel's poll() does: readiness, a descriptor left out, a closed number reused,
+dup2, a file closed behind its back, POLLOUT, a regular file and a closed descriptor."""
 
 from __future__ import annotations
 
@@ -103,3 +105,126 @@ def test_fabriclab_pollskip_0_leaves_it_out_of_the_daemons(monkeypatch, value, i
     monkeypatch.setenv("FABRICLAB_POLLSKIP", value)
     assert ("fabriclab-pollskip.so" in daemon_env()) is included
     assert "libtcmalloc_minimal.so.4" in daemon_env() and "MALLOC_TRIM_THRESHOLD_=" in daemon_env()
+
+
+# poll() on epoll: a thread whose poll() asks about 8 descriptors or more is answered from an epoll set.
+EPOLL_CHILD = textwrap.dedent("""
+    import os, select, socket, tempfile, threading, time
+
+    def uses_epoll():
+        return any(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventpoll]"
+                   for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))
+
+    def poll(socks, timeout_ms=0, events=select.POLLIN):
+        p = select.poll()
+        for s in socks:
+            p.register(s, events)
+        return {fd: ev for fd, ev in p.poll(timeout_ms)}
+
+    def pair_on(fd):
+        # A new socket pair, one end of which took the number `fd` (the lowest free one): (it, the other).
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        mine, peer = (a, b) if a.fileno() == fd else (b, a)
+        assert mine.fileno() == fd, "the closed number was not reused"
+        return mine, peer
+
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(10)]
+    rx = [b for _, b in pairs]
+    for b in rx:
+        b.setblocking(False)
+    assert poll(rx) == {}
+    print("epoll", uses_epoll())
+
+    # Exactly the readable ones, level-triggered: still reported until read.
+    pairs[2][0].send(b"x"); pairs[7][0].send(b"y")
+    print("ready", sorted(i for i, b in enumerate(rx) if b.fileno() in poll(rx)))
+    print("still", len(poll(rx)))
+    rx[2].recv(10); rx[7].recv(10)
+
+    # A wait is woken by data from another thread.
+    threading.Timer(0.1, lambda: pairs[5][0].send(b"z")).start()
+    t0 = time.monotonic()
+    got = poll(rx, 5000)
+    print("woken", list(got) == [rx[5].fileno()], time.monotonic() - t0 < 2)
+
+    # A descriptor no longer asked about does not wake the caller, though its data is still there.
+    t0 = time.monotonic()
+    others = [b for i, b in enumerate(rx) if i != 5]
+    print("left-out", poll(others, 200) == {}, time.monotonic() - t0 >= 0.15)
+    print("back-in", list(poll(rx)) == [rx[5].fileno()])
+    rx[5].recv(10)
+
+    # Closed, and its number taken by a new socket: the new one is watched.
+    fd = rx[3].fileno()
+    rx[3].close()
+    rx[3], peer = pair_on(fd)
+    peer.send(b"reuse")
+    print("reused", list(poll(rx)) == [fd])
+    rx[3].recv(10)
+
+    # dup2 over a watched descriptor: the file now behind the number is watched.
+    c, d = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    target = rx[4].fileno()
+    os.dup2(d.fileno(), target)
+    c.send(b"dup2")
+    print("dup2", list(poll(rx)) == [target])
+    os.read(target, 10)
+
+    # Closed behind the library's back (close_range, which it does not see), number reused: found again
+    # at the latest after the next wait that times out.
+    victim = rx[6].fileno()
+    os.closerange(victim, victim + 1)
+    rx[6].detach()
+    rx[6], peer = pair_on(victim)
+    peer.send(b"behind")
+    poll(rx, 100)  # may time out: the set still held the closed file's registration
+    print("behind-back", list(poll(rx, 100)) == [victim])
+    rx[6].recv(10)
+
+    # POLLOUT is answered as poll() answers it.
+    print("pollout", len(poll(rx, 0, select.POLLOUT)) == len(rx))
+
+    # A regular file, which epoll refuses, and a closed descriptor: the real poll() answers.
+    with tempfile.TemporaryFile() as tf:
+        p = select.poll()
+        for s in rx:
+            p.register(s, select.POLLIN)
+        p.register(tf.fileno(), select.POLLIN)
+        print("file", dict(p.poll(0)).get(tf.fileno(), 0) & select.POLLIN != 0)
+    p = select.poll()
+    for s in rx:
+        p.register(s, select.POLLIN)
+    r, w = os.pipe(); os.close(r)
+    p.register(r, select.POLLIN)
+    print("closed", dict(p.poll(0)).get(r, 0) & select.POLLNVAL != 0)
+""")
+
+EPOLL_EXPECTED = ["epoll True", "ready [2, 7]", "still 2", "woken True True", "left-out True True", "back-in True",
+                  "reused True", "dup2 True", "behind-back True", "pollout True", "file True", "closed True"]
+
+
+def test_poll_on_epoll_answers_as_poll_does():
+    env = {**os.environ, "LD_PRELOAD": _built()}
+    env.pop("FABRICLAB_POLLSKIP_EPOLL", None)
+    out = subprocess.run([sys.executable, "-c", EPOLL_CHILD], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:-1] == EPOLL_EXPECTED, out.stdout
+
+
+@pytest.mark.parametrize("preload", [True, False])
+def test_the_same_answers_from_the_kernel_poll(preload):
+    # The control: FABRICLAB_POLLSKIP_EPOLL=0, and no library at all, answer every case alike.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    if preload:
+        env.update(LD_PRELOAD=_built(), FABRICLAB_POLLSKIP_EPOLL="0")
+    out = subprocess.run([sys.executable, "-c", EPOLL_CHILD], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:-1] == ["epoll False", *EPOLL_EXPECTED[1:]], out.stdout
+
+
+def test_fabriclab_pollskip_epoll_0_reaches_the_daemons(monkeypatch):
+    _built()
+    monkeypatch.setenv("FABRICLAB_POLLSKIP_EPOLL", "0")
+    assert "FABRICLAB_POLLSKIP_EPOLL=0 " in daemon_env()
+    monkeypatch.delenv("FABRICLAB_POLLSKIP_EPOLL")
+    assert "FABRICLAB_POLLSKIP_EPOLL" not in daemon_env()
