@@ -19,20 +19,31 @@ OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
 _HZ = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_times() -> tuple[int, int]:
-    """(idle, total) jiffies from /proc/stat's aggregate line; hosts share the kernel, so it is global."""
+def cpu_times() -> tuple[int, int, int]:
+    """(idle, total, steal) jiffies from /proc/stat's aggregate line; hosts share the kernel, so it is
+    global. Steal is time the hypervisor gave this machine's CPUs to other guests while they had work:
+    part of `total` and not idle (the emulator lost it all the same), but nothing here spent it."""
     with open("/proc/stat") as fh:
         parts = fh.readline().split()
     values = [int(x) for x in parts[1:]]
     idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    return idle, sum(values[:8])
+    steal = values[7] if len(values) > 7 else 0
+    return idle, sum(values[:8]), steal
 
 
-def idle_fraction(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+def idle_fraction(before: tuple[int, ...], after: tuple[int, ...]) -> float | None:
     d_total = after[1] - before[1]
     if d_total <= 0:
         return None
     return (after[0] - before[0]) / d_total
+
+
+def steal_fraction(before: tuple[int, ...], after: tuple[int, ...]) -> float | None:
+    """The share of the machine's CPU time between two `cpu_times()` that the hypervisor stole."""
+    d_total = after[1] - before[1]
+    if d_total <= 0 or len(before) < 3 or len(after) < 3:
+        return None
+    return max(0.0, (after[2] - before[2]) / d_total)
 
 
 def process_cpu_seconds(pid: int | None) -> float | None:
@@ -73,13 +84,9 @@ def _cpu_seconds(pids: int | list[int] | None) -> float | None:
 
 @dataclass
 class CpuSnapshot:
-    busy_s: float  # machine-wide busy CPU seconds (all cores) since boot
+    busy_s: float  # machine-wide busy CPU seconds (all cores) since boot, steal excluded
     components: dict[str, float | None] = field(default_factory=dict)
-
-
-def machine_busy_seconds() -> float:
-    idle, total = cpu_times()
-    return (total - idle) / _HZ
+    steal_s: float = 0.0  # CPU seconds the hypervisor gave to other guests since boot
 
 
 class CpuLedger:
@@ -93,14 +100,16 @@ class CpuLedger:
     def snapshot(self) -> CpuSnapshot:
         comps = {name: _cpu_seconds(pid) for name, pid in self.pids.items()}
         comps["runner"] = own_cpu_seconds()
-        return CpuSnapshot(machine_busy_seconds(), comps)
+        idle, total, steal = cpu_times()
+        return CpuSnapshot((total - idle - steal) / _HZ, comps, steal / _HZ)
 
     def open(self) -> None:
         self.start = self.snapshot()
 
     def close(self) -> dict[str, float | None]:
         """CPU seconds per component since `open()`, `other` (the machine's busy time that no component
-        accounts for; the results subtract the endpoints' own reports from it) and `total`."""
+        accounts for; the results subtract the endpoints' own reports from it), `total`, and `steal`
+        (what the hypervisor gave other guests meanwhile: in neither `other` nor `total`)."""
         assert self.start is not None, "open() first"
         end = self.snapshot()
         out: dict[str, float | None] = {}
@@ -110,6 +119,7 @@ class CpuLedger:
         busy = end.busy_s - self.start.busy_s
         out["other"] = round(max(0.0, busy - sum(v for v in out.values() if v is not None)), 3)
         out["total"] = round(busy, 3)
+        out["steal"] = round(max(0.0, end.steal_s - self.start.steal_s), 3)
         return out
 
 

@@ -24,7 +24,8 @@ class Sampler(threading.Thread):
     """Polls the controller's link counters and /proc/stat every `interval` seconds.
 
     `samples`: {"t": monotonic time, "links": the controller's GET /links rows}; `cpu`: {"t", "idle"
-    (fraction of the machine idle since the previous sample), "dt" (seconds that sample covers)}.
+    (fraction of the machine idle since the previous sample), "steal" (fraction the hypervisor gave to
+    other guests: neither idle nor ours), "dt" (seconds that sample covers)}.
     """
 
     def __init__(self, fab: Any, interval: float = SAMPLE_INTERVAL) -> None:
@@ -51,9 +52,10 @@ class Sampler(threading.Thread):
             self.sample_once()
             now = cpu.cpu_times()
             idle = cpu.idle_fraction(prev, now)
+            steal = cpu.steal_fraction(prev, now) or 0.0
             t = time.monotonic()
             if idle is not None:
-                self.cpu.append({"t": t, "idle": round(idle, 4), "dt": round(t - prev_t, 3)})
+                self.cpu.append({"t": t, "idle": round(idle, 4), "steal": round(steal, 4), "dt": round(t - prev_t, 3)})
             prev, prev_t = now, t
 
     def stop(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from experiments.analysis.fidelity import STEAL_NOTE
 from experiments.schema import ResultsDocument
 
 COLUMNS = (
@@ -91,6 +92,10 @@ def fidelity_sentences(doc: ResultsDocument) -> list[str]:
         head += (f" Across {len(worst)} servers ({across[0].get('cross_server_links', 0)} links carried by ssh "
                  "tunnels); each server's CPU idle over the traffic, worst arm: "
                  + ", ".join(f"{s} {v:.0%}" for s, v in sorted(worst.items())) + ".")
+    steal = f.get("cpu_steal_max")
+    if steal is not None and steal >= STEAL_NOTE:
+        head += (f" The hypervisor gave up to {steal:.0%} of this machine's CPU to other guests during the traffic "
+                 "(steal time, counted as busy: the emulator lost it all the same).")
     if f.get("trusted"):
         return [head + " The emulator kept up: the numbers reflect the emulated fabric."]
     out = [head + " **These numbers cannot be trusted as a model of the fabric**: the emulator itself was a "

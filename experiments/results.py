@@ -164,8 +164,9 @@ def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool)
     # start (interpreter, imports, sockets) before t0, so only samples taken mostly inside the traffic
     # window are judged: a start-up blip does not count, a shortage during traffic does.
     start = kind.traffic_starts(raw, t0)
-    idle = traffic_idle(raw.get("cpu", []), start, traffic_ends(flows, start, raw.get("last_start_s") or 0.0,
-                                                                t0 + traffic_s))
+    end = traffic_ends(flows, start, raw.get("last_start_s") or 0.0, t0 + traffic_s)
+    idle = traffic_idle(raw.get("cpu", []), start, end)
+    steal = traffic_idle(raw.get("cpu", []), start, end, key="steal")
     shaped_sw, ovs_drops = _drops(raw, topo)
     socket_drops = sum(f.get("socket_drops", 0) or 0 for f in flows)
     socket_drops += sum(f.get("receiver_socket_drops_total", 0) or 0 for f in flows)
@@ -174,7 +175,7 @@ def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool)
     outside = max(0, ovs_drops - shaped_sw) + socket_drops + (vanished or 0)
     _, _, npkts = window_bytes(samples)
     fid = fidelity_verdict(idle, links.switch_pps, outside, sum(npkts.values()),
-                           servers_idle=raw.get("server_cpu_idle"))
+                           servers_idle=raw.get("server_cpu_idle"), steal=steal)
     if raw.get("queue_series"):
         q = raw["queue_series"]
         pts = [p for p in q.get("samples", []) if p["t"] >= t0]
@@ -217,20 +218,21 @@ def traffic_ends(flows: list[dict[str, Any]], start: float, last_start_s: float,
     return min(exited, start + last_start_s + max(took))
 
 
-def traffic_idle(cpu: list[dict[str, float]], start: float, end: float) -> list[float]:
-    """Idle fractions of the CPU samples that lie inside [start, end] (a sample at `t` covers the `dt`
-    seconds before it); a window shorter than one sample judges the sample that covers most of it."""
+def traffic_idle(cpu: list[dict[str, float]], start: float, end: float, key: str = "idle") -> list[Any]:
+    """Idle fractions (or another field, `key`: None where a sample lacks it) of the CPU samples that lie
+    inside [start, end] (a sample at `t` covers the `dt` seconds before it); a window shorter than one
+    sample judges the sample that covers most of it."""
     out = []
-    best: tuple[float, float] | None = None
+    best: tuple[float, Any] | None = None
     for c in cpu:
         lo, hi = c["t"] - c.get("dt", SAMPLE_DT), c["t"]
         if hi <= lo:
             continue
         inside = max(0.0, min(hi, end) - max(lo, start))
         if inside >= INSIDE_SHARE * (hi - lo):
-            out.append(c["idle"])
+            out.append(c.get(key))
         elif inside > 0 and (best is None or inside > best[0]):
-            best = (inside, c["idle"])
+            best = (inside, c.get(key))
     if not out and best is not None:
         out.append(best[1])
     return out
@@ -246,7 +248,7 @@ def cpu_budget(raw: RawArm, topo: Topology, npkts: dict[Any, int]) -> CpuBudget 
     if any(v is not None for v in run_s):
         window = {**window, "endpoints": round(sum(v for v in run_s if v is not None), 3)}
         window["other"] = round(max(0.0, window["total"] - sum(
-            v for k, v in window.items() if k not in ("other", "total") and v is not None)), 3)
+            v for k, v in window.items() if k not in ("other", "total", "steal") and v is not None)), 3)
     hosts = {h.name for h in topo.hosts}
     delivered = 0
     for key, n in npkts.items():
@@ -310,9 +312,11 @@ def worst_fidelity(arms: list[ArmResult]) -> RunFidelity:
     for a in arms:
         for r in a["fidelity"].get("reasons", []):
             reasons.append(f"{a['name']}: {r}")
+    steal = [f["cpu_steal_max"] for f in fids if f.get("cpu_steal_max") is not None]
     return {
         "cpu_idle_min": min(idle_min) if idle_min else None,
         "cpu_idle_mean": float(np.mean(idle_mean)) if idle_mean else None,
+        "cpu_steal_max": max(steal) if steal else None,
         "switch_pps_peak": max((f.get("switch_pps_peak", 0.0) for f in fids), default=0.0),
         "ovs_ceiling_pps": OVS_CEILING_PPS,
         "drops_outside_queues": sum(f.get("drops_outside_queues", 0) for f in fids),

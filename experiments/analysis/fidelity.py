@@ -17,6 +17,9 @@ OVS_CEILING_PPS = 90_000.0
 CEILING_WARN = 0.8
 # Drops outside the shaped queues above this share of the packets forwarded make results suspect.
 OUTSIDE_DROP_WARN = 0.001
+# A CPU shortage is said to come partly from the host when the hypervisor stole at least this share of
+# the machine's time in the worst sample (a cloud VM on a busy host: other guests ran meanwhile).
+STEAL_NOTE = 0.05
 
 
 @dataclass
@@ -29,6 +32,9 @@ class Fidelity:
     packets_forwarded: int
     trusted: bool
     reasons: list[str]
+    # The largest share of the machine's time the hypervisor gave other guests in a judged sample:
+    # counted as busy (the emulator lost that time all the same), reported so a verdict says why.
+    cpu_steal_max: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -37,16 +43,26 @@ class Fidelity:
 
 
 def fidelity_verdict(idle: Iterable[float], switch_pps: float, drops_outside: int, packets: int,
-                     ceiling: float = OVS_CEILING_PPS, servers_idle: dict[str, float] | None = None) -> Fidelity:
+                     ceiling: float = OVS_CEILING_PPS, servers_idle: dict[str, float] | None = None,
+                     steal: Iterable[float | None] | None = None) -> Fidelity:
     """Whether the emulator kept up: CPU idle above MIN_IDLE, OVS below its ceiling, no stray drops;
-    across servers, every server's CPU idle over the traffic above MIN_IDLE too (`servers_idle`)."""
-    idle = [x for x in idle if x is not None]
+    across servers, every server's CPU idle over the traffic above MIN_IDLE too (`servers_idle`).
+    `steal`, sample for sample with `idle`: the share the hypervisor stole, which a low-idle reason names."""
+    pairs = list(zip(idle, steal, strict=True)) if steal is not None else [(x, None) for x in idle]
+    pairs = [(x, s) for x, s in pairs if x is not None]
+    idle = [x for x, _ in pairs]
+    stolen = [s for _, s in pairs if s is not None]
     lo = min(idle) if idle else None
     mean = float(np.mean(idle)) if idle else None
     reasons = []
     if lo is not None and lo < MIN_IDLE:
-        reasons.append(f"CPU idle fell to {lo:.0%} (under {MIN_IDLE:.0%}): the emulator, not the fabric, "
-                       "may be the bottleneck; lower the link rates or the number of flows")
+        reason = (f"CPU idle fell to {lo:.0%} (under {MIN_IDLE:.0%}): the emulator, not the fabric, "
+                  "may be the bottleneck; lower the link rates or the number of flows")
+        worst_steal = next((s for x, s in pairs if x == lo and s is not None), None)
+        if worst_steal is not None and worst_steal >= STEAL_NOTE:
+            reason += (f" (in that sample the hypervisor gave {worst_steal:.0%} of this machine's CPU to other "
+                       "guests: on a quieter host the same run may keep up)")
+        reasons.append(reason)
     for server, share in sorted((servers_idle or {}).items()):
         if share < MIN_IDLE:
             reasons.append(f"server {server}'s CPU was {share:.0%} idle over the traffic (under {MIN_IDLE:.0%}): "
@@ -67,4 +83,5 @@ def fidelity_verdict(idle: Iterable[float], switch_pps: float, drops_outside: in
         packets_forwarded=int(packets),
         trusted=not reasons,
         reasons=reasons,
+        cpu_steal_max=round(max(stolen), 4) if stolen else None,
     )

@@ -48,4 +48,4 @@ def test_sampler_records_links_and_cpu_and_survives_a_failed_poll():
     assert sampler.samples[0]["links"] == [{"name": "h1-leaf1", "tx_bytes": 100}]
     times = [s["t"] for s in sampler.samples]
     assert times == sorted(times)
-    assert all(0.0 <= c["idle"] <= 1.0 and c["dt"] > 0 for c in sampler.cpu)
+    assert all(0.0 <= c["idle"] <= 1.0 and 0.0 <= c["steal"] <= 1.0 and c["dt"] > 0 for c in sampler.cpu)

@@ -104,6 +104,19 @@ def test_cpu_ledger_sums_a_component_over_its_processes(monkeypatch):
     assert cpu.CpuLedger({"ovs": []}).snapshot().components["ovs"] is None
 
 
+def test_cpu_ledger_keeps_stolen_time_out_of_what_the_machine_spent(monkeypatch):
+    # /proc/stat jiffies (idle, total, steal): 20 CPU-seconds pass, 2 idle, 3 stolen, 15 spent here.
+    ticks = iter([(1000, 2000, 100), (1200, 4000, 400)])
+    monkeypatch.setattr(cpu, "cpu_times", lambda: next(ticks))
+    monkeypatch.setattr(cpu, "_HZ", 100)
+    monkeypatch.setattr(cpu, "own_cpu_seconds", lambda: 1.0)
+    ledger = cpu.CpuLedger({})
+    ledger.open()
+    window = ledger.close()
+    assert window == {"runner": 0.0, "other": 15.0, "total": 15.0, "steal": 3.0}
+    assert cpu.steal_fraction((1000, 2000, 100), (1200, 4000, 400)) == 0.15
+
+
 def test_initial_shaping_is_one_batch_without_deletes():
     imp = Impairment(rate_mbps=4.0, queue_packets=100)
     cmds = initial_shape_commands("leaf1-eth1", imp, netem=False)

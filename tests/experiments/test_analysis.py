@@ -93,6 +93,18 @@ def test_fidelity_verdicts():
     assert not drops.trusted and "outside the shaped queues" in drops.reasons[0]
 
 
+def test_a_cpu_shortage_says_how_much_the_hypervisor_took_and_the_verdict_stands():
+    # Stolen time counts as busy (the emulator lost it); the reason names it for the worst sample.
+    stolen = fidelity_verdict([0.6, 0.2, 0.5], 10_000, 0, 100_000, steal=[0.0, 0.3, 0.02])
+    assert not stolen.trusted and stolen.cpu_steal_max == 0.3
+    assert "gave 30% of this machine's CPU to other guests" in stolen.reasons[0]
+    # A shortage with no steal to speak of says nothing of the host; a trusted run still records it.
+    ours = fidelity_verdict([0.6, 0.2], 10_000, 0, 100_000, steal=[0.3, 0.01])
+    assert not ours.trusted and "guests" not in ours.reasons[0] and ours.cpu_steal_max == 0.3
+    assert fidelity_verdict([0.6], 10_000, 0, 100_000, steal=[0.1]).trusted
+    assert fidelity_verdict([0.6], 10_000, 0, 100_000).cpu_steal_max is None
+
+
 def test_time_to_recover():
     times = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
     rates = [10, 10, 0, 2, 9.5, 10]
