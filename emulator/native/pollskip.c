@@ -242,11 +242,13 @@ static int ep_poll(struct pollfd *fds, nfds_t nfds, int timeout)
         memset(ep_seen, 0, sizeof ep_seen);
         call = ep_call = 1;
     }
+    int asked = 0;
     for (nfds_t i = 0; i < nfds; i++) {
         int fd = fds[i].fd;
         fds[i].revents = 0;
         if (fd < 0)
             continue;
+        asked++;
         if (fd >= MAX_FD || ep_seen[fd] == call || ep_refused[fd])
             goto refuse; /* out of range, named twice, or a file epoll cannot watch */
         ep_seen[fd] = call;
@@ -256,8 +258,9 @@ static int ep_poll(struct pollfd *fds, nfds_t nfds, int timeout)
             goto refuse; /* closed (poll reports POLLNVAL) or refused */
     }
     /* Descriptors this call does not ask about leave the set: level-triggered, data the caller chose
-     * not to read would otherwise wake it at once, again and again. */
-    for (int k = 0; k < ep_count;) {
+     * not to read would otherwise wake it at once, again and again. Every registered one was asked
+     * about when the counts agree (each asked descriptor is registered and named once). */
+    for (int k = 0; asked != ep_count && k < ep_count;) {
         int fd = ep_list[k];
         if (ep_seen[fd] != call) {
             epoll_ctl(ep_fd, EPOLL_CTL_DEL, fd, NULL);
