@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments.analysis.fidelity import STEAL_NOTE
 from experiments.scenarios import ecmp_vs_spray
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class Probe:
     cpu_s_per_mpkt: dict[str, float | None] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     error: str | None = None
+    # The most the hypervisor stole in a judged sample: a verdict on a busy host is the host's too.
+    cpu_steal_max: float | None = None
 
 
 @dataclass
@@ -98,7 +101,7 @@ def probe_once(case: Case, rate: float, duration: float, out: Path) -> Probe:
         rate_mbps=rate, trusted=bool(arm["trusted"]) and not arm["error"], cpu_idle_min=arm["cpu_idle_min"],
         goodput_mbps=arm["goodput_mbps"], goodput_of_ideal=arm["goodput_of_ideal"],
         packets_delivered=arm["packets_delivered"], cpu_s_per_mpkt=dict(arm["cpu_s_per_mpkt"] or {}),
-        reasons=list(arm["reasons"]), error=arm["error"],
+        reasons=list(arm["reasons"]), error=arm["error"], cpu_steal_max=arm.get("cpu_steal_max"),
     )
 
 
@@ -162,8 +165,10 @@ def run_capacity_bench(cases: list[Case], isolations: list[str], out: Path, star
                     except Exception as exc:  # a rate the fabric cannot even run is untrusted, and said
                         log.exception("probe failed")
                         p = Probe(rate, False, None, None, None, None, error=f"{type(exc).__name__}: {exc}")
+                    stolen = p.cpu_steal_max or 0.0
                     progress(f"  -> {'trusted' if p.trusted else 'untrusted'}, idle min "
-                             f"{'-' if p.cpu_idle_min is None else f'{p.cpu_idle_min:.0%}'}")
+                             f"{'-' if p.cpu_idle_min is None else f'{p.cpu_idle_min:.0%}'}"
+                             + (f" (the hypervisor stole up to {stolen:.0%})" if stolen >= STEAL_NOTE else ""))
                     return p
 
                 rows.append(summarise(case.name, isolation, traversal, search(run, start, lo, hi, steps)))
@@ -193,4 +198,10 @@ def text_report(result: dict[str, Any]) -> str:
         gp = "-" if at.get("goodput_of_ideal") is None else f"{at['goodput_of_ideal']:.0%}"
         comps = ", ".join("-" if per.get(k) is None else f"{per[k]:g}" for k in COMPONENTS)
         lines.append(f"{c['case']:<12} {c['isolation']:<10} {us:>12} {cap:>17} {gp:>8}  {comps}")
+    stolen = [(c["case"], p["rate_mbps"], p["cpu_steal_max"]) for c in result["cases"] for p in c["probes"]
+              if (p.get("cpu_steal_max") or 0.0) >= STEAL_NOTE]
+    if stolen:
+        lines.append("The hypervisor stole CPU during " + ", ".join(
+            f"{case} at {_fmt(rate)} Mb/s ({share:.0%})" for case, rate, share in stolen)
+            + ": those verdicts are the host's as much as the fabric's; rerun on a quieter host.")
     return "\n".join(lines)

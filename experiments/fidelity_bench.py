@@ -44,6 +44,7 @@ def arm_summary(arm: ArmResult) -> dict[str, Any]:
         "trusted": fid.get("trusted"),
         "cpu_idle_min": fid.get("cpu_idle_min"),
         "cpu_idle_mean": fid.get("cpu_idle_mean"),
+        "cpu_steal_max": fid.get("cpu_steal_max"),
         "reasons": fid.get("reasons", []),
         "goodput_mbps": round(arm.get("goodput_bps", 0.0) / 1e6, 2),
         "goodput_of_ideal": _round(arm.get("goodput_fraction")),

@@ -51,6 +51,15 @@ def test_summary_and_report_carry_the_trusted_rate_and_its_cpu():
     assert row.at_capacity is not None and row.at_capacity.trusted
     text = text_report({"cases": [row.to_dict()]})
     assert "4x4x4-1500" in text and "71.5" in text and "70" in text
+    assert "hypervisor" not in text
+
+
+def test_the_report_names_probes_the_hypervisor_stole_from():
+    run, _ = _fabric_trusted_below(10.0)
+    probes = search(run, 4.0, 0.25, 256.0, 1)
+    probes[0].cpu_steal_max = 0.3
+    text = text_report({"cases": [summarise("demo", "per-switch", {"us_per_traversal": 70.0}, probes).to_dict()]})
+    assert "The hypervisor stole CPU during demo at 4 Mb/s (30%)" in text
 
 
 def test_every_case_is_a_valid_fabric_at_any_rate():
