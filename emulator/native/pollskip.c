@@ -22,10 +22,15 @@
  * step with the descriptors it asks about: a descriptor is added the first time it is asked about,
  * modified when its events change, and removed when a call no longer asks about it (a descriptor left
  * registered would wake the thread for data it chose not to read) and before close(), dup2() or dup3()
- * replaces it. A call this cannot answer exactly (a descriptor epoll refuses, such as a regular file, a
- * closed descriptor, a descriptor named twice, too many descriptors) goes to the real poll(). The
- * kernel drops a registration by itself when a descriptor's file is closed behind this library's back;
- * every timeout and every VERIFY_EVERY calls the set is checked and such a descriptor added again.
+ * replaces it (and again after, in case the polling thread asked about it in between). A call this
+ * cannot answer exactly (a descriptor epoll refuses, such as a regular file, a closed descriptor, a
+ * descriptor named twice, too many descriptors, a small poll() of the same thread) goes to the real
+ * poll(). A file closed behind this library's back (close_range, glibc's own closes): the kernel drops
+ * its registration when the file is gone, and every idle timeout and every VERIFY_EVERY calls the set is
+ * checked and the descriptor added again; while the file lives on elsewhere (a dup) the kernel keeps a
+ * registration no call can name, so when one fires, or a check finds our view wrong, the set is made
+ * anew under the same number, and a wake-up only such registrations caused waits in the real poll().
+ * Its own epoll descriptor closed or replaced: it gives up and leaves poll() to the kernel.
  * FABRICLAB_POLLSKIP_EPOLL=0 in the environment leaves poll() to the kernel.
  */
 #define _GNU_SOURCE
@@ -125,11 +130,20 @@ static int ep_index[MAX_FD];          /* and where in that call's array */
 static uint32_t ep_call;
 static uint32_t ep_since_verify;
 static int ep_verify_due;
+static int ep_rebuild_due; /* the kernel may hold a registration we cannot name: start a fresh set */
 
 static void ep_child(void)
 {
-    /* A forked child shares the parent's epoll set: it must never change it. */
+    /* A forked child shares the parent's epoll set: it must never change it. The lock may have been
+     * held by a thread the child does not have. */
+    pthread_mutex_init(&ep_lock, NULL);
     ep_state = -1;
+}
+
+/* Registered at load, before any thread can fork while ep_pick holds the lock. */
+__attribute__((constructor)) static void ep_init(void)
+{
+    pthread_atfork(NULL, NULL, ep_child);
 }
 
 static void ep_pick(void)
@@ -142,7 +156,6 @@ static void ep_pick(void)
         } else if ((ep_fd = epoll_create1(EPOLL_CLOEXEC)) < 0 || ep_fd >= MAX_FD) {
             ep_state = -1;
         } else {
-            pthread_atfork(NULL, NULL, ep_child);
             ep_thread = pthread_self();
             ep_state = 1;
         }
@@ -180,9 +193,26 @@ static void ep_forget(int fd)
 {
     if (ep_state != 1 || fd < 0 || fd >= MAX_FD)
         return;
+    int saved = errno;
     pthread_mutex_lock(&ep_lock);
     ep_forget_locked(fd);
     pthread_mutex_unlock(&ep_lock);
+    errno = saved;
+}
+
+/* After close()/dup2()/dup3(): the owner may have registered the old file again in between. */
+static void ep_forget_after(int fd)
+{
+    if (ep_state != 1 || fd < 0 || fd >= MAX_FD)
+        return;
+    int saved = errno;
+    pthread_mutex_lock(&ep_lock);
+    if (ep_state == 1 && fd != ep_fd && (ep_events[fd] & REGISTERED)) {
+        ep_unlist(fd);
+        ep_rebuild_due = 1;
+    }
+    pthread_mutex_unlock(&ep_lock);
+    errno = saved;
 }
 
 /* Puts the descriptor in the set with these events (REGISTERED set), or out of reach: 0 or -1. */
@@ -194,6 +224,8 @@ static int ep_set(int fd, uint32_t want)
     if (epoll_ctl(ep_fd, op, fd, &ev) != 0) {
         /* The kernel's view differs from ours: it dropped a closed file's registration (MOD: ENOENT)
          * or holds one we did not make (ADD: EEXIST). */
+        if (registered)
+            ep_rebuild_due = 1; /* a registration dropped, or kept for a file still open elsewhere */
         if (errno == ENOENT || errno == EEXIST)
             op = (op == EPOLL_CTL_MOD) ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
         else
@@ -226,6 +258,31 @@ static void ep_verify(void)
     ep_verify_due = 0;
 }
 
+/* A fresh set under the same number: stale registrations (a file closed behind our back but still
+ * open elsewhere) cannot be deleted, only dropped with the set. Called with ep_lock held. */
+static void ep_rebuild(void)
+{
+    ep_rebuild_due = 0;
+    int nfd = epoll_create1(EPOLL_CLOEXEC);
+    ENSURE(dup3);
+    ENSURE(close);
+    if (nfd < 0 || real_dup3(nfd, ep_fd, O_CLOEXEC) < 0) {
+        if (nfd >= 0)
+            real_close(nfd);
+        ep_state = -1;
+        return;
+    }
+    real_close(nfd);
+    for (int k = 0; k < ep_count;) {
+        int fd = ep_list[k];
+        struct epoll_event ev = {.events = ep_events[fd] & ~REGISTERED, .data = {.fd = fd}};
+        if (epoll_ctl(ep_fd, EPOLL_CTL_ADD, fd, &ev) == 0)
+            k++;
+        else
+            ep_unlist(fd);
+    }
+}
+
 /* poll() answered from the epoll set; -2 when this call must go to the real poll(). */
 static int ep_poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
@@ -233,6 +290,12 @@ static int ep_poll(struct pollfd *fds, nfds_t nfds, int timeout)
     if (nfds > EPOLL_MAX)
         return -2;
     pthread_mutex_lock(&ep_lock);
+    if (ep_state != 1) {
+        pthread_mutex_unlock(&ep_lock);
+        return -2;
+    }
+    if (ep_rebuild_due)
+        ep_rebuild();
     if (ep_state != 1) {
         pthread_mutex_unlock(&ep_lock);
         return -2;
@@ -275,18 +338,28 @@ static int ep_poll(struct pollfd *fds, nfds_t nfds, int timeout)
     pthread_mutex_unlock(&ep_lock);
 
     int n = epoll_wait(epfd, evs, EPOLL_MAX, timeout);
-    if (n < 0)
-        return -1; /* EINTR as poll() would */
+    if (n < 0) {
+        if (errno == EINTR)
+            return -1; /* as poll() would */
+        pthread_mutex_lock(&ep_lock); /* EBADF, EINVAL: our set was closed or replaced behind our back */
+        ep_state = -1;
+        pthread_mutex_unlock(&ep_lock);
+        return -2;
+    }
     int ready = 0;
     for (int j = 0; j < n; j++) {
         int fd = evs[j].data.fd;
-        if (fd < 0 || fd >= MAX_FD || ep_seen[fd] != call)
+        if (fd < 0 || fd >= MAX_FD || ep_seen[fd] != call) {
+            ep_rebuild_due = 1; /* a registration we did not keep: stale */
             continue;
+        }
         struct pollfd *p = &fds[ep_index[fd]];
         p->revents = (short)(evs[j].events & ((uint32_t)(unsigned short)p->events | POLLERR | POLLHUP));
         if (p->revents)
             ready++;
     }
+    if (n > 0 && ready == 0)
+        return -2; /* only stale registrations fired: let the kernel's poll() wait instead of returning early */
     if (n == 0 && timeout != 0)
         ep_verify_due = 1; /* an idle spell: check before the next wait that nothing was dropped */
     return ready;
@@ -302,7 +375,7 @@ int poll(struct pollfd *fds, nfds_t nfds, int timeout)
     if (ep_state == 0 && nfds >= EPOLL_MIN)
         ep_pick();
     int n = -2;
-    if (ep_state == 1 && pthread_equal(pthread_self(), ep_thread))
+    if (ep_state == 1 && nfds >= EPOLL_MIN && pthread_equal(pthread_self(), ep_thread))
         n = ep_poll(fds, nfds, timeout);
     if (n == -2)
         n = real_poll(fds, nfds, timeout);
@@ -392,7 +465,9 @@ int close(int fd)
     ep_forget(fd);
     forget(fd);
     ENSURE(close);
-    return real_close(fd);
+    int r = real_close(fd);
+    ep_forget_after(fd);
+    return r;
 }
 
 int dup2(int oldfd, int newfd)
@@ -401,6 +476,8 @@ int dup2(int oldfd, int newfd)
     if (oldfd != newfd)
         ep_forget(newfd);
     int r = real_dup2(oldfd, newfd);
+    if (oldfd != newfd)
+        ep_forget_after(newfd);
     if (r >= 0)
         forget(r);
     return r;
@@ -411,6 +488,7 @@ int dup3(int oldfd, int newfd, int flags)
     ENSURE(dup3);
     ep_forget(newfd);
     int r = real_dup3(oldfd, newfd, flags);
+    ep_forget_after(newfd);
     if (r >= 0)
         forget(r);
     return r;

@@ -181,6 +181,26 @@ EPOLL_CHILD = textwrap.dedent("""
     print("behind-back", list(poll(rx, 100)) == [victim])
     rx[6].recv(10)
 
+    # Closed behind its back while the file lives on under another number: the kernel keeps a
+    # registration nobody can name; it must neither end waits early nor stand for the new socket.
+    victim = rx[8].fileno()
+    keep = os.dup(victim)
+    os.closerange(victim, victim + 1)
+    rx[8].detach()
+    pairs[8][0].send(b"old")  # the old file is readable, and nobody asks about it
+    t0 = time.monotonic()
+    print("stale-waits", poll(rx[:8] + rx[9:], 300) == {}, time.monotonic() - t0 >= 0.25)
+    rx[8], peer = pair_on(victim)
+    t0 = time.monotonic()
+    print("stale-reused", poll(rx, 300) == {}, time.monotonic() - t0 >= 0.25)
+    peer.send(b"new")
+    print("stale-new-data", list(poll(rx, 300)) == [victim])
+    rx[8].recv(10)
+    os.close(keep)
+
+    # A small poll() of the same thread is the kernel's, and leaves the set as it was.
+    print("small", poll(rx[:1], 0) == {} and poll(rx) == {})
+
     # POLLOUT is answered as poll() answers it.
     print("pollout", len(poll(rx, 0, select.POLLOUT)) == len(rx))
 
@@ -197,10 +217,19 @@ EPOLL_CHILD = textwrap.dedent("""
     r, w = os.pipe(); os.close(r)
     p.register(r, select.POLLIN)
     print("closed", dict(p.poll(0)).get(r, 0) & select.POLLNVAL != 0)
+
+    # Its own epoll descriptor closed behind its back: poll() is the kernel's from then on.
+    for fd in os.listdir("/proc/self/fd"):
+        if os.path.exists(f"/proc/self/fd/{fd}") and os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventpoll]":
+            os.closerange(int(fd), int(fd) + 1)
+    pairs[1][0].send(b"after")
+    print("own-set-closed", list(poll(rx, 300)) == [rx[1].fileno()], uses_epoll())
 """)
 
 EPOLL_EXPECTED = ["epoll True", "ready [2, 7]", "still 2", "woken True True", "left-out True True", "back-in True",
-                  "reused True", "dup2 True", "behind-back True", "pollout True", "file True", "closed True"]
+                  "reused True", "dup2 True", "behind-back True", "stale-waits True True", "stale-reused True True",
+                  "stale-new-data True", "small True", "pollout True", "file True", "closed True",
+                  "own-set-closed True False"]
 
 
 def test_poll_on_epoll_answers_as_poll_does():
