@@ -134,10 +134,12 @@ static int ep_rebuild_due; /* the kernel may hold a registration we cannot name:
 
 static void ep_child(void)
 {
-    /* A forked child shares the parent's epoll set: it must never change it. The lock may have been
-     * held by a thread the child does not have. */
+    /* A child forked once the set is in use shares it with the parent: it must never change it. One
+     * forked before (a daemon detaching) picks a set of its own. The lock may have been held by a
+     * thread the child does not have. */
     pthread_mutex_init(&ep_lock, NULL);
-    ep_state = -1;
+    if (ep_state == 1)
+        ep_state = -1;
 }
 
 /* Registered at load, before any thread can fork while ep_pick holds the lock. */

@@ -8,6 +8,7 @@ before bringing up another. Each test leaves the fabric as it found it (mode bac
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -306,6 +307,16 @@ def _minor_faults(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
 
 
+def _fd_targets(fds: Path) -> set[str]:
+    out = set()
+    for fd in fds.iterdir():
+        try:
+            out.add(os.readlink(fd))
+        except OSError:  # closed meanwhile
+            pass
+    return out
+
+
 def test_switch_daemons_keep_their_heap_between_wake_ups(narrowing):
     # Each port poll allocates a burst of MTU-sized buffers; had the daemons' heaps been trimmed on
     # every free, each paced packet would fault those pages in again (tens of faults per packet).
@@ -319,6 +330,11 @@ def test_switch_daemons_keep_their_heap_between_wake_ups(narrowing):
         # ... and pollskip, built by make setup, saves the reads its poll() found empty.
         assert "fabriclab-pollskip.so" in maps, f"daemon {pid} runs without pollskip"
     run_probe(narrowing, "h1", "h2", packets=50, rate_pps=500.0, size=1000)  # warm: heaps at their peak
+    # pollskip answers each daemon's main-loop poll() from an epoll set: one in every daemon, which
+    # picked it after detaching (a fork before its first poll must not leave it on poll()).
+    for pid in pids:
+        fds = Path(f"/proc/{pid}/fd")
+        assert "anon_inode:[eventpoll]" in _fd_targets(fds), f"daemon {pid}'s main loop polls without epoll"
     before = sum(_minor_faults(p) for p in pids)
     res = run_probe(narrowing, "h1", "h2", packets=400, rate_pps=500.0, size=1000)
     faults = sum(_minor_faults(p) for p in pids) - before
