@@ -30,7 +30,8 @@
  * checked and the descriptor added again; while the file lives on elsewhere (a dup) the kernel keeps a
  * registration no call can name, so when one fires, or a check finds our view wrong, the set is made
  * anew under the same number, and a wake-up only such registrations caused waits in the real poll().
- * Its own epoll descriptor closed or replaced: it gives up and leaves poll() to the kernel.
+ * Its own epoll descriptor closed or replaced: it gives up and leaves poll() to the kernel. No wait
+ * lasts longer than MAX_WAIT_MS: should a registration ever miss a wake-up, it is late by at most that.
  * FABRICLAB_POLLSKIP_EPOLL=0 in the environment leaves poll() to the kernel.
  */
 #define _GNU_SOURCE
@@ -113,6 +114,10 @@ static int known_empty(int fd, int dontwait)
 #define EPOLL_MIN 8       /* a poll() asking about this many descriptors or more picks its thread */
 #define EPOLL_MAX 256     /* a call asking about more goes to the real poll() */
 #define VERIFY_EVERY 1024 /* calls between two checks that the kernel still holds every registration */
+/* The longest one wait lasts (ms). A wake-up a stale registration missed is then late by at most this,
+ * never for the tens of seconds a daemon's poll() may otherwise sleep; a wait cut short returns 0 (a
+ * timeout), which OVS's poll loop takes as one more turn of its loop: ~one extra wake-up a second. */
+#define MAX_WAIT_MS 1000
 #define REGISTERED 0x80000000u /* in ep_events: the descriptor is in the set (EPOLLET, never used) */
 #define POLL_WANTS (POLLIN | POLLPRI | POLLOUT | POLLRDNORM | POLLRDBAND | POLLWRNORM | POLLWRBAND | POLLRDHUP)
 
@@ -339,7 +344,8 @@ static int ep_poll(struct pollfd *fds, nfds_t nfds, int timeout)
     int epfd = ep_fd;
     pthread_mutex_unlock(&ep_lock);
 
-    int n = epoll_wait(epfd, evs, EPOLL_MAX, timeout);
+    int wait = (timeout < 0 || timeout > MAX_WAIT_MS) ? MAX_WAIT_MS : timeout;
+    int n = epoll_wait(epfd, evs, EPOLL_MAX, wait);
     if (n < 0) {
         if (errno == EINTR)
             return -1; /* as poll() would */
@@ -362,7 +368,7 @@ static int ep_poll(struct pollfd *fds, nfds_t nfds, int timeout)
     }
     if (n > 0 && ready == 0)
         return -2; /* only stale registrations fired: let the kernel's poll() wait instead of returning early */
-    if (n == 0 && timeout != 0)
+    if (n == 0 && wait != 0)
         ep_verify_due = 1; /* an idle spell: check before the next wait that nothing was dropped */
     return ready;
 

@@ -208,6 +208,13 @@ EPOLL_CHILD = textwrap.dedent("""
     rx[8].recv(10)
     os.close(keep)
 
+    # A long wait is cut at a second (a timeout, as OVS's loop takes it), so that nothing a registration
+    # might miss is late by more; the kernel's poll() waits the whole time.
+    t0 = time.monotonic()
+    empty = poll(rx, 2500) == {}
+    waited = time.monotonic() - t0
+    print("long-wait", empty, 0.9 <= waited < 1.6 if uses_epoll() else waited >= 2.4)
+
     # A small poll() of the same thread is the kernel's, and leaves the set as it was.
     print("small", poll(rx[:1], 0) == {} and poll(rx) == {})
 
@@ -238,8 +245,8 @@ EPOLL_CHILD = textwrap.dedent("""
 
 EPOLL_EXPECTED = ["epoll True True", "ready [2, 7]", "still 2", "woken True True", "left-out True True", "back-in True",
                   "reused True", "dup2 True", "behind-back True", "stale-waits True True", "stale-reused True True",
-                  "stale-new-data True", "small True", "pollout True", "file True", "closed True",
-                  "own-set-closed True False"]
+                  "stale-new-data True", "long-wait True True", "small True", "pollout True", "file True",
+                  "closed True", "own-set-closed True False"]
 
 
 def test_poll_on_epoll_answers_as_poll_does():
