@@ -24,7 +24,9 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -191,6 +193,7 @@ class ClusterFabric(Fabric):
 
         setLogLevel("error" if log.getEffectiveLevel() > logging.DEBUG else "info")
         assert self.state is not None
+        _hangups_reach_node_shells()
         ssh_dir = Path(os.environ.get("HOME", "/root")) / ".ssh"
         # MininetCluster makes ~/.ssh/mn (for ssh control sockets, unused here): remove what it made.
         self._made_dirs = [d for d in (ssh_dir / "mn", ssh_dir) if not d.exists()]
@@ -335,6 +338,20 @@ class ClusterFabric(Fabric):
             kill_members(self.state.netns, hosts, servers_too=False)
         super().stop()
         self.ns_servers = []
+
+
+def _ignore_hangup(signum: int, frame: Any) -> None:
+    """SIGHUP, as this process received it under nohup: nothing to do."""
+
+
+def _hangups_reach_node_shells() -> None:
+    """Mininet ends each node's shell with SIGHUP, and a remote node's shell is an ssh client (under
+    sudo, which hands its command the dispositions it started with). Under nohup every child inherits
+    SIGHUP ignored, the ssh clients outlive the hangup, and teardown waits on them for ever (seen: a
+    cluster selftest stuck in Mininet's Node.cleanup). A handler that does nothing keeps this process
+    as deaf to hangups as nohup made it, while the programs it starts begin with the default again."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _ignore_hangup)
 
 
 def idle_between(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, float]:

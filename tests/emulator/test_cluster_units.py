@@ -158,3 +158,23 @@ def test_an_in_server_fabric_s_own_servers_count_is_not_a_server_list(monkeypatc
     monkeypatch.delenv(SERVERS_ENV, raising=False)
     topo = parse_spec("in-server:servers=2,gpus=4")
     assert type(new_fabric(topo)) is Fabric
+
+
+def test_under_nohup_node_shells_start_with_hangups_that_end_them():
+    # Mininet ends a remote node's shell (an ssh client) with SIGHUP; a SIGHUP nohup made this process
+    # ignore must not reach the programs it starts, or teardown waits on them for ever.
+    import subprocess
+    import sys
+
+    child = (
+        "import signal, subprocess\n"
+        "from emulator.cluster.fabric import _hangups_reach_node_shells\n"
+        "_hangups_reach_node_shells()\n"
+        "assert signal.getsignal(signal.SIGHUP) not in (signal.SIG_IGN, signal.SIG_DFL)\n"
+        "out = subprocess.run(['grep', 'SigIgn', '/proc/self/status'], capture_output=True, text=True).stdout\n"
+        "print(int(out.split()[1], 16) & 1)\n"
+    )
+    out = subprocess.run(["nohup", sys.executable, "-c", child], capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0", out.stdout + out.stderr  # the child's SIGHUP is not ignored
