@@ -38,10 +38,10 @@ def idle_fraction(before: tuple[int, ...], after: tuple[int, ...]) -> float | No
     return (after[0] - before[0]) / d_total
 
 
-def steal_fraction(before: tuple[int, ...], after: tuple[int, ...]) -> float | None:
+def steal_fraction(before: tuple[int, int, int], after: tuple[int, int, int]) -> float | None:
     """The share of the machine's CPU time between two `cpu_times()` that the hypervisor stole."""
     d_total = after[1] - before[1]
-    if d_total <= 0 or len(before) < 3 or len(after) < 3:
+    if d_total <= 0:
         return None
     return max(0.0, (after[2] - before[2]) / d_total)
 

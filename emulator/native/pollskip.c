@@ -180,29 +180,24 @@ static void ep_unlist(int fd)
 }
 
 /* The descriptor is about to be closed or replaced: out of the set first (a file still open under
- * another descriptor would otherwise stay registered under this number). Called with ep_lock held. */
-static void ep_forget_locked(int fd)
-{
-    if (ep_state != 1 || fd < 0 || fd >= MAX_FD)
-        return;
-    if (fd == ep_fd) { /* the program closes our set: give up on it */
-        ep_state = -1;
-        return;
-    }
-    ep_refused[fd] = 0;
-    if (ep_events[fd] & REGISTERED) {
-        epoll_ctl(ep_fd, EPOLL_CTL_DEL, fd, NULL);
-        ep_unlist(fd);
-    }
-}
-
+ * another descriptor would otherwise stay registered under this number). */
 static void ep_forget(int fd)
 {
     if (ep_state != 1 || fd < 0 || fd >= MAX_FD)
         return;
     int saved = errno;
     pthread_mutex_lock(&ep_lock);
-    ep_forget_locked(fd);
+    if (ep_state != 1) {
+        /* turned off meanwhile */
+    } else if (fd == ep_fd) { /* the program closes our set: give up on it */
+        ep_state = -1;
+    } else {
+        ep_refused[fd] = 0;
+        if (ep_events[fd] & REGISTERED) {
+            epoll_ctl(ep_fd, EPOLL_CTL_DEL, fd, NULL);
+            ep_unlist(fd);
+        }
+    }
     pthread_mutex_unlock(&ep_lock);
     errno = saved;
 }
