@@ -27,7 +27,7 @@ from typing import Any
 
 from emulator.control import ControllerClient, ControllerProcess
 from emulator.errors import EmulatorError
-from emulator.ovs_daemons import RECONNECT_MS
+from emulator.ovs_daemons import RECONNECT_MS, linger_us
 from emulator.shaping import Impairment, InterfaceShaper, initial_shape_commands, rate_change_command, tc_batch
 from emulator.state import BRIDGE_MARK, RunState, active_runs, interface_exists
 from emulator.system import Capabilities, capabilities, require_ready, slowdown
@@ -258,7 +258,10 @@ class Fabric:
         net = self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                  autoStaticArp=False, switch=switch_cls, link=MnLink, waitConnected=False)
         for node in self.topology.nodes:
-            if node.is_switch:
+            if node.is_switch and self.isolated:
+                rates = [lk.rate_mbps for lk in self.topology.links_of(node.name)]
+                net.addSwitch(node.name, dpid=f"{node.dpid:016x}", linger=linger_us(rates, self.topology.mtu))
+            elif node.is_switch:
                 net.addSwitch(node.name, dpid=f"{node.dpid:016x}")
             else:
                 net.addHost(node.name, ip=node.ip, mac=node.mac)

@@ -38,11 +38,13 @@ class IsolatedOVSSwitch(Switch):
     """A Mininet switch node running its own Open vSwitch (userspace datapath) in its own namespace.
 
     `workdir` is the run's directory; `controller` the controller's unix socket; `mark` a
-    (key, value) pair set in the bridge's external_ids; `mtu` the MTU of the switch's ports.
+    (key, value) pair set in the bridge's external_ids; `mtu` the MTU of the switch's ports; `linger`
+    the daemon's wake-up moderation in µs (emulator.ovs_daemons.linger_us).
     """
 
     def __init__(self, name: str, workdir: str, controller: str, mark: tuple[str, str] = ("", ""),
-                 mtu: int | None = None, protocols: str = "OpenFlow13", **params: Any) -> None:
+                 mtu: int | None = None, protocols: str = "OpenFlow13", linger: int = 0,
+                 **params: Any) -> None:
         params["inNamespace"] = True
         super().__init__(name, **params)
         self.dir = instance_dir(workdir, name)
@@ -50,6 +52,7 @@ class IsolatedOVSSwitch(Switch):
         self.mark = mark
         self.mtu = mtu
         self.protocols = protocols
+        self.linger = linger
         for path in (self.db_socket, self.mgmt_socket, str(self.dir / "controller.sock")):
             if len(path) > _MAX_SOCKET_PATH:
                 raise EmulatorError(f"socket path {path} is too long for a unix socket; set TMPDIR shorter")
@@ -100,7 +103,7 @@ class IsolatedOVSSwitch(Switch):
             f"mkdir -p {d}",
             f"ln -sfn {shlex.quote(self.controller_socket)} {shlex.quote(str(link))}",
             env,
-            *start_commands(str(self.dir), db_socket=f"{self.dir}/db.sock"),
+            *start_commands(str(self.dir), db_socket=f"{self.dir}/db.sock", linger=self.linger),
             f"ovs-vsctl --db=unix:{d}/db.sock --timeout=30 " + " ".join(shlex.quote(a) for a in bridge),
         ]
         # Quiet links: IPv6 would chatter across the fabric; jumbo frames need the veth ends too.

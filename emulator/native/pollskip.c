@@ -33,6 +33,13 @@
  * Its own epoll descriptor closed or replaced: it gives up and leaves poll() to the kernel. No wait
  * lasts longer than MAX_WAIT_MS: should a registration ever miss a wake-up, it is late by at most that.
  * FABRICLAB_POLLSKIP_EPOLL=0 in the environment leaves poll() to the kernel.
+ *
+ * Wake-up moderation (FABRICLAB_POLLSKIP_LINGER_US=N, on epoll only): shaped traffic arrives paced, so
+ * each wake-up carries one packet and pays for a whole turn of the daemon's loop, which tries every port.
+ * A wait woken from sleep by I/O, when the previous such wake-up came less than LINGER_DENSE lingers
+ * ago, sleeps N µs more and answers with everything ready by then, as a NIC's interrupt moderation does.
+ * Sparse traffic (a ping, a lone paced flow) is answered at once. The runner sizes N to a fraction of a
+ * frame's time on the switch's fastest link (emulator/ovs_daemons.py, linger_us).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -48,6 +55,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_FD 4096
@@ -118,6 +126,12 @@ static int known_empty(int fd, int dontwait)
  * never for the tens of seconds a daemon's poll() may otherwise sleep; a wait cut short returns 0 (a
  * timeout), which OVS's poll loop takes as one more turn of its loop: ~one extra wake-up a second. */
 #define MAX_WAIT_MS 1000
+/* Wake-up moderation (FABRICLAB_POLLSKIP_LINGER_US, the runner sizes it to the switch's links): a wait
+ * that took longer than SLEPT_NS slept, and a wake-up by I/O less than LINGER_DENSE lingers after the
+ * previous one finds packets coming densely enough for a linger to gather more. */
+#define SLEPT_NS 20000
+#define LINGER_DENSE 4
+#define LINGER_MAX_US 50000 /* a bound on what the environment may ask for */
 #define REGISTERED 0x80000000u /* in ep_events: the descriptor is in the set (EPOLLET, never used) */
 #define POLL_WANTS (POLLIN | POLLPRI | POLLOUT | POLLRDNORM | POLLRDBAND | POLLWRNORM | POLLWRBAND | POLLRDHUP)
 
@@ -136,6 +150,15 @@ static uint32_t ep_call;
 static uint32_t ep_since_verify;
 static int ep_verify_due;
 static int ep_rebuild_due; /* the kernel may hold a registration we cannot name: start a fresh set */
+static long ep_linger_ns;  /* wake-up moderation: how long a wake-up by I/O waits for more (0: off) */
+static long ep_last_io_ns; /* when the last wait returned with I/O */
+
+static long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
 
 static void ep_child(void)
 {
@@ -165,6 +188,11 @@ static void ep_pick(void)
         } else {
             ep_thread = pthread_self();
             ep_state = 1;
+            const char *linger = getenv("FABRICLAB_POLLSKIP_LINGER_US");
+            if (linger) {
+                long us = strtol(linger, NULL, 10);
+                ep_linger_ns = (us > 0 && us <= LINGER_MAX_US) ? us * 1000 : 0;
+            }
         }
     }
     pthread_mutex_unlock(&ep_lock);
@@ -340,7 +368,23 @@ static int ep_poll(struct pollfd *fds, nfds_t nfds, int timeout)
     pthread_mutex_unlock(&ep_lock);
 
     int wait = (timeout < 0 || timeout > MAX_WAIT_MS) ? MAX_WAIT_MS : timeout;
+    long before = ep_linger_ns && wait != 0 ? now_ns() : 0;
     int n = epoll_wait(epfd, evs, EPOLL_MAX, wait);
+    if (n > 0 && before) {
+        long after = now_ns();
+        long since = after - ep_last_io_ns;
+        ep_last_io_ns = after;
+        if (after - before > SLEPT_NS && since < LINGER_DENSE * ep_linger_ns) {
+            /* Woken from sleep by I/O while packets come densely: wait a little for more, so that one
+             * turn of the daemon's loop (which tries every port it has) forwards several, and look
+             * again. */
+            struct timespec l = {0, ep_linger_ns};
+            nanosleep(&l, NULL);
+            int m = epoll_wait(epfd, evs, EPOLL_MAX, 0);
+            if (m >= 0)
+                n = m;
+        }
+    }
     if (n < 0) {
         if (errno == EINTR)
             return -1; /* as poll() would */

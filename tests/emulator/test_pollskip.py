@@ -3,7 +3,8 @@ thread's last poll() found empty is answered EAGAIN without the kernel, nothing 
 sees the data), and blocking reads are never answered for the kernel. Run in a child Python with the
 library preloaded (CPython's socket calls go through libc's recv, poll and accept). Its poll() on epoll
 answers every case as the kernel's poll() does: readiness, a descriptor left out, a closed number reused,
-dup2, a file closed behind its back, POLLOUT, a regular file and a closed descriptor."""
+dup2, a file closed behind its back, POLLOUT, a regular file and a closed descriptor. A dense wake-up
+lingers (wake-up moderation) and a sparse one does not."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import textwrap
 
 import pytest
 
-from emulator.ovs_daemons import POLLSKIP, daemon_env, pollskip_path
+from emulator.ovs_daemons import LINGER_MAX_US, POLLSKIP, daemon_env, linger_us, pollskip_path
 
 CHILD = textwrap.dedent("""
     import errno, select, socket, threading, time
@@ -252,6 +253,7 @@ EPOLL_EXPECTED = ["epoll True True", "ready [2, 7]", "still 2", "woken True True
 def test_poll_on_epoll_answers_as_poll_does():
     env = {**os.environ, "LD_PRELOAD": _built()}
     env.pop("FABRICLAB_POLLSKIP_EPOLL", None)
+    env.pop("FABRICLAB_POLLSKIP_LINGER_US", None)
     out = subprocess.run([sys.executable, "-c", EPOLL_CHILD], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:-1] == EPOLL_EXPECTED, out.stdout
@@ -274,3 +276,69 @@ def test_fabriclab_pollskip_epoll_0_reaches_the_daemons(monkeypatch):
     assert "FABRICLAB_POLLSKIP_EPOLL=0 " in daemon_env()
     monkeypatch.delenv("FABRICLAB_POLLSKIP_EPOLL")
     assert "FABRICLAB_POLLSKIP_EPOLL" not in daemon_env()
+
+
+# Wake-up moderation: a poll() woken by I/O while packets come densely lingers, then answers with all that
+# came meanwhile; a sparse wake-up (or no linger asked for) answers at once with what woke it.
+LINGER_CHILD = textwrap.dedent("""
+    import select, socket, threading, time
+
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(10)]
+    rx = [b for _, b in pairs]
+    p = select.poll()
+    for b in rx:
+        b.setblocking(False)
+        p.register(b, select.POLLIN)
+
+    def woken_by(*sends):
+        # Each (delay s, pair): sent from another thread; returns (pairs ready, seconds the poll took).
+        for delay, i in sends:
+            threading.Timer(delay, pairs[i][0].send, (b"x",)).start()
+        t0 = time.monotonic()
+        ready = sorted(i for i, b in enumerate(rx) if b.fileno() in {fd for fd, _ in p.poll(5000)})
+        took = time.monotonic() - t0
+        time.sleep(0.06)  # every send has landed; a poll, then read all (an empty poll's reads are skipped)
+        p.poll(0)
+        for b in rx:
+            try:
+                b.recv(10)
+            except BlockingIOError:
+                pass
+        return ready, took
+
+    p.poll(0)
+    woken_by((0.01, 1))  # the first wake-up by I/O: nothing to say how dense the traffic is yet
+    ready, took = woken_by((0.005, 2), (0.009, 3))  # 65 ms later: dense against a 25 ms linger
+    print("dense", ready, took >= 0.025)
+    time.sleep(0.2)
+    ready, took = woken_by((0.005, 4), (0.03, 5))  # 250 ms of silence first: sparse
+    print("sparse", ready, took < 0.025)
+""")
+
+
+@pytest.mark.parametrize(("linger", "dense"), [("25000", "[2, 3]"), ("0", "[2]")])
+def test_a_dense_wake_up_lingers_and_gathers_what_came_meanwhile(linger, dense):
+    env = {**os.environ, "LD_PRELOAD": _built(), "FABRICLAB_POLLSKIP_LINGER_US": linger}
+    env.pop("FABRICLAB_POLLSKIP_EPOLL", None)
+    out = subprocess.run([sys.executable, "-c", LINGER_CHILD], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")[:-1]
+    assert lines[0] == f"dense {dense} {linger != '0'}", out.stdout
+    assert lines[1] == "sparse [4] True", out.stdout
+
+
+def test_the_linger_is_sized_to_the_switch_links_and_the_environment_overrides_it(monkeypatch):
+    # An eighth of a full frame's time on the fastest link: 1514 bytes at 6 Mb/s is 2019 µs.
+    assert linger_us([4.0, 6.0], 1500) == 252
+    assert linger_us([4.0], 9000) == LINGER_MAX_US  # 18 ms frames: capped
+    assert linger_us([0.0, 4.0], 1500) == 0  # an unshaped port: packets need not wait for it
+    assert linger_us([400.0], 1500) == 0  # 3.8 µs: below the floor, nothing to gather
+    assert linger_us([], 1500) == 0
+    _built()
+    monkeypatch.delenv("FABRICLAB_POLLSKIP_LINGER_US", raising=False)
+    assert "FABRICLAB_POLLSKIP_LINGER_US=252 " in daemon_env(252)
+    assert "LINGER" not in daemon_env(0)
+    monkeypatch.setenv("FABRICLAB_POLLSKIP_LINGER_US", "0")
+    assert "LINGER" not in daemon_env(252)
+    monkeypatch.setenv("FABRICLAB_POLLSKIP_LINGER_US", "700")
+    assert "FABRICLAB_POLLSKIP_LINGER_US=700 " in daemon_env(0)
