@@ -258,11 +258,10 @@ class Fabric:
         net = self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                  autoStaticArp=False, switch=switch_cls, link=MnLink, waitConnected=False)
         for node in self.topology.nodes:
-            if node.is_switch and self.isolated:
+            if node.is_switch:
                 rates = [lk.rate_mbps for lk in self.topology.links_of(node.name)]
-                net.addSwitch(node.name, dpid=f"{node.dpid:016x}", linger=linger_us(rates, self.topology.mtu))
-            elif node.is_switch:
-                net.addSwitch(node.name, dpid=f"{node.dpid:016x}")
+                extra = {"linger": linger_us(rates, self.topology.mtu)} if self.isolated else {}
+                net.addSwitch(node.name, dpid=f"{node.dpid:016x}", **extra)
             else:
                 net.addHost(node.name, ip=node.ip, mac=node.mac)
             self.state.host_pids.append(net[node.name].pid)

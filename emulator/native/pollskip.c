@@ -126,9 +126,7 @@ static int known_empty(int fd, int dontwait)
  * never for the tens of seconds a daemon's poll() may otherwise sleep; a wait cut short returns 0 (a
  * timeout), which OVS's poll loop takes as one more turn of its loop: ~one extra wake-up a second. */
 #define MAX_WAIT_MS 1000
-/* Wake-up moderation (FABRICLAB_POLLSKIP_LINGER_US, the runner sizes it to the switch's links): a wait
- * that took longer than SLEPT_NS slept, and a wake-up by I/O less than LINGER_DENSE lingers after the
- * previous one finds packets coming densely enough for a linger to gather more. */
+/* Wake-up moderation (see the top): a wait longer than SLEPT_NS slept; LINGER_DENSE lingers is "recent". */
 #define SLEPT_NS 20000
 #define LINGER_DENSE 4
 #define LINGER_MAX_US 50000 /* a bound on what the environment may ask for */
