@@ -13,6 +13,14 @@ An ACK is held only for packets that can join it: when DATA has been arriving fu
 ``ack_delay`` (the smaller of the smoothed gap between accepted packets, gain 1/8, and the latest
 gap), the next packet would come after the held ACK's deadline, so the ACK goes at once. Holding it
 would only delay the sender's clock and cost a timer.
+
+A coalesced ACK leaves on the EV of one of the latest ``ACK_EV_SLOTS`` accepted packets, the
+slots taken in turn (ACK n the packet whose arrival count is n modulo the slots), not on the EV of
+the packet it echoes. The echo is a batch's first packet, and batches of 8 over 16 round-robin EVs
+echo EVs of one parity only: every ACK took the same half of the paths back, and a cut on one of
+them silenced the connection. Taken in turn, the ACKs spread over the EVs the sender is using (one
+for a single-path flow, those in good standing for an adaptive one) whatever the batch size. The
+ACK's header still names the echoed packet's EV, which the sender's per-EV state reads.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ _U32 = 0xFFFFFFFF
 _SLOT_BYTES = 8
 # Gain of the smoothed gap between accepted DATA packets (see the rule above).
 _GAP_GAIN = 0.125
+# Latest arrivals whose EVs coalesced ACKs leave on, in turn (see the rule above); a power of two.
+ACK_EV_SLOTS = 16
 
 
 class _Sparse(dict):
@@ -110,6 +120,10 @@ class Reassembler:
         self._ack_ts = 0
         self._ack_ev = 0
         self._ack_arrival = 0.0
+        # EVs of the latest ACK_EV_SLOTS packets held for an ACK, by arrival count; -1: none yet.
+        self._arrival_evs = [-1] * ACK_EV_SLOTS
+        self._held_count = 0
+        self._acks_flushed = 0
         self._last_data = -1.0  # arrival of the latest accepted DATA packet; < 0 before the first
         self._gap_smooth = 0.0  # smoothed gap between accepted DATA packets; 0 until measured
         self._data_gap = 0.0  # the smaller of that and the latest gap: what decides a hold
@@ -345,6 +359,9 @@ class Reassembler:
         if self._ack_delay <= 0:
             self._out_acks.append(self._build_ack(seq, ts, ev, 0, now))
             return
+        n = self._held_count
+        self._arrival_evs[n & (ACK_EV_SLOTS - 1)] = ev
+        self._held_count = n + 1
         if self._ack_pending:
             # One SACK bitmap must describe every packet the held ACK answers: a packet the ACK
             # leaves out looks lost to the sender once later packets are acknowledged. Send the
@@ -374,11 +391,14 @@ class Reassembler:
     def _flush_ack(self, now: float) -> None:
         if self._ack_pending:
             # The echo (RTT sample) answers the batch's first arrival; the bitmap ends at the
-            # batch's highest PSN so that it covers the whole batch.
+            # batch's highest PSN so that it covers the whole batch; the EVs it leaves on rotate.
+            k = self._acks_flushed
+            self._acks_flushed = k + 1
+            via = self._arrival_evs[k & (ACK_EV_SLOTS - 1)]
             self._out_acks.append(
                 self._build_ack(
                     self._ack_seq, self._ack_ts, self._ack_ev, round((now - self._ack_arrival) * 1e6),
-                    self._ack_arrival, cover=self._ack_hi,
+                    self._ack_arrival, cover=self._ack_hi, via=via,
                 )
             )
         self._ack_pending = 0
@@ -386,10 +406,11 @@ class Reassembler:
 
     def _build_ack(
         self, seq: int, echo_ts: int, ev: int, delay_us: int, arrival: float, flags: int = 0, cover: int = -1,
+        via: int = -1,
     ) -> tuple[bytes, int]:
-        """An ACK answering ``seq``, which arrived at ``arrival`` bearing timestamp ``echo_ts``; its SACK
-        bitmap ends at ``cover`` (default ``seq``) when that is beyond the 64 PSNs after the cumulative
-        point."""
+        """An ACK answering ``seq``, which arrived at ``arrival`` bearing timestamp ``echo_ts`` on EV
+        ``ev``; its SACK bitmap ends at ``cover`` (default ``seq``) when that is beyond the 64 PSNs
+        after the cumulative point. It leaves on EV ``via`` (default ``ev``)."""
         nxt = self._rcv_nxt
         top = cover if cover > seq else seq
         base = nxt + 1 if top <= nxt + SACK_BITS else top - SACK_BITS + 1
@@ -432,5 +453,5 @@ class Reassembler:
             (round(arrival * 1e6) - echo_ts) & _U32,
         )
         self.stats.acks_sent += 1
-        return data, ev % self._num_evs
+        return data, (via if via >= 0 else ev) % self._num_evs
 
