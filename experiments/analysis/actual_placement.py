@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from experiments.analysis.links import fabric_hops, hop_label
-from experiments.analysis.placement import Hop, capacities, max_min_rates
+from experiments.analysis.placement import Hop, capacities, fluid_rates, max_min_rates
 from topologies import Topology, next_hops
 
 Path = tuple[Hop, ...]
@@ -128,7 +128,11 @@ def _descend(choice: list[int], err: float, n_paths: list[int], error) -> tuple[
             return choice, err
 
 
-def placement_fair_rates(topo: Topology, placement: Placement) -> list[float]:
-    """Max-min fair rates (bit/s) of flows pinned to the placement's paths."""
+def placement_fair_rates(topo: Topology, placement: Placement, sizes: Sequence[float] | None = None) -> list[float]:
+    """Max-min fair rates (bit/s) of flows pinned to the placement's paths; with `sizes` (bits on the
+    wire per flow, all starting at once), each flow's mean rate as the shares change while flows
+    complete (placement.fluid_rates)."""
     flows = [dict.fromkeys(path, 1.0) for path in placement.paths]
+    if sizes is not None:
+        return fluid_rates(flows, capacities(topo), sizes)
     return max_min_rates(flows, capacities(topo))

@@ -130,6 +130,37 @@ def max_min_rates(flows: Sequence[dict[Hop, float]], caps: dict[Hop, float]) -> 
     return rates
 
 
+def fluid_rates(flows: Sequence[dict[Hop, float]], caps: dict[Hop, float], sizes: Sequence[float]) -> list[float]:
+    """Each flow's mean rate (bit/s: its size over its completion time) when flows of `sizes` bits all
+    start at once and share max-min fairly, the shares found again each time a flow completes.
+
+    What a sized run's goodput (every flow's bytes over its own duration, summed) is to be judged
+    against: the static max-min rates hold only while every flow runs, and a flow that shared a link
+    with one that finished early speeds up for the rest of its transfer.
+    """
+    n = len(flows)
+    left = [float(b) for b in sizes]
+    done = [0.0] * n
+    active = [i for i in range(n) if left[i] > 0]
+    now = 0.0
+    while active:
+        rates = max_min_rates([flows[i] for i in active], caps)
+        # The next completion; a flow the fabric cannot carry at all never completes.
+        step = min((left[i] / r for i, r in zip(active, rates, strict=True) if r > 0), default=None)
+        if step is None:
+            break
+        now += step
+        still = []
+        for i, r in zip(active, rates, strict=True):
+            left[i] -= r * step
+            if left[i] <= 1e-9 * sizes[i]:
+                done[i] = now
+            else:
+                still.append(i)
+        active = still
+    return [sizes[i] / done[i] if done[i] > 0 else 0.0 for i in range(n)]
+
+
 def ideal_bps(topo: Topology, pairs: Sequence[tuple[str, str]], caps: dict[Hop, float] | None = None) -> float:
     """What the fabric can carry for these flows: their max-min total with even spraying."""
     flows = [path_weights(topo, s, d, spray=True) for s, d in pairs]

@@ -75,7 +75,14 @@ def judge_placement(topo: Topology, arm: dict[str, Any]) -> dict[str, Any]:
     pairs = [(f["src"], f["dst"]) for f in flows]
     sizes = [float(f.get("wire_bytes") or f.get("bytes") or 0.0) for f in flows]
     placement = infer_placement(topo, pairs, sizes, observed)
-    fair = sum(placement_fair_rates(topo, placement))
+    # Judged like with like: goodput counts payload, the links carry headers too; and a sized run's
+    # flows complete at different times, so its yardstick is each flow's mean fair rate over its own
+    # transfer (the shares redone as flows finish), not the shares while all of them run.
+    sized = arm.get("completion_kind") == "flow" and all(sizes)
+    rates = placement_fair_rates(topo, placement, [8 * b for b in sizes] if sized else None)
+    payload = [float(f.get("bytes") or 0.0) / b if f.get("wire_bytes") and b else 1.0
+               for f, b in zip(flows, sizes, strict=True)]
+    fair = sum(r * p for r, p in zip(rates, payload, strict=True))
     return {"placement": dict(zip([f"{s}->{d}" for s, d in pairs], placement.vias(topo), strict=True)),
             "placement_residual": round(placement.residual, 4), "placement_fair_bps": fair,
             "vs_placement": arm["goodput_bps"] / fair if fair > 0 else None}
