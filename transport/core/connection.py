@@ -118,8 +118,8 @@ class Connection:
         self._own_scheduler: CreditScheduler | None = None
         if getattr(self._cc, "receiver_driven", False):
             self._own_scheduler = CreditScheduler.from_config(config)
-            self._credit_tx = CreditSender(config)
-            self._credit_rx = self._rx.credit = CreditReceiver(config, self._own_scheduler)
+            self._credit_tx = CreditSender(config, self.initial_psn)
+            self._credit_rx = self._rx.credit = CreditReceiver(config, self._own_scheduler, self.initial_psn)
         # A controller that reads ECN (transport.core.congestion.nscc) hears of CE echoes before the ACK.
         self._on_ecn = getattr(self._cc, "on_ecn", None)
 
@@ -225,7 +225,7 @@ class Connection:
             # Credit granted since the latest ACK was built (an ACK carries the limit of its moment).
             crx.dirty = False
             out.append((pack_ctrl(TYPE_CREDIT, 0, crx.ev, self.connection_id,
-                                  (self.initial_psn + crx.granted) & PSN_MASK), crx.ev % self._num_evs))
+                                  crx.credit_field), crx.ev % self._num_evs))
             self.stats.credits_sent += 1
         self._pacing_blocked = False
         queue = self._send_queue
@@ -467,10 +467,9 @@ class Connection:
                 return
         st.acks_received += 1
         ctx = self._credit_tx
-        if flags & FLAG_CREDIT and ctx is not None:
-            rel = (credit - self.initial_psn) & PSN_MASK
-            if rel != ctx.limit & PSN_MASK:  # most ACKs repeat the limit the previous one brought
-                ctx.on_credit(rel, now)
+        # Most ACKs repeat the limit the previous one brought: compared as it is on the wire, unmapped.
+        if flags & FLAG_CREDIT and ctx is not None and credit != ctx.credit_field:
+            ctx.on_credit((credit - self.initial_psn) & PSN_MASK, now)
         if ce:
             st.ecn_ce_echoed += ce
             if self._on_ecn is not None:

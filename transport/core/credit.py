@@ -78,7 +78,9 @@ class CreditSender:
 
     __slots__ = (
         "_base_wait",
+        "_initial_psn",
         "_max_wait",
+        "credit_field",
         "credits_received",
         "limit",
         "reported",
@@ -88,8 +90,12 @@ class CreditSender:
         "wait",
     )
 
-    def __init__(self, config: TransportConfig) -> None:
+    def __init__(self, config: TransportConfig, initial_psn: int = 0) -> None:
         self.limit = config.initial_window
+        # The limit as an ACK's or a CREDIT's credit field carries it (the connection's PSNs start at
+        # ``initial_psn``): nearly every ACK repeats it, and is recognised without mapping its field.
+        self._initial_psn = initial_psn
+        self.credit_field = (initial_psn + self.limit) & PSN_MASK
         self.reported = 0  # the highest demand sent in a REQUEST
         self.request_due = False  # a REQUEST must go even though the demand has not grown (timeout)
         self.stalled_since: float | None = None  # out of credit with data and nothing in flight, since
@@ -107,6 +113,7 @@ class CreditSender:
         limit = old + ((wire_limit - old + _PSN_HALF) & PSN_MASK) - _PSN_HALF
         if limit > old:
             self.limit = limit
+            self.credit_field = (self._initial_psn + limit) & PSN_MASK
             self.stalled_since = None
             self.wait = self._base_wait
 
@@ -143,7 +150,10 @@ class CreditReceiver:
 
     __slots__ = (
         "_counted",
+        "_initial_psn",
+        "_top",
         "active",
+        "credit_field",
         "demand",
         "dirty",
         "ev",
@@ -157,8 +167,12 @@ class CreditReceiver:
         "written_off",
     )
 
-    def __init__(self, config: TransportConfig, scheduler: CreditScheduler) -> None:
+    def __init__(self, config: TransportConfig, scheduler: CreditScheduler, initial_psn: int = 0) -> None:
         self.granted = config.initial_window  # the sender's unscheduled window is credit granted in advance
+        # ``granted`` as the credit field of each ACK and CREDIT carries it (the connection's PSNs start at
+        # ``initial_psn``): worked out in _grant(), where it moves, not for every ACK.
+        self._initial_psn = initial_psn
+        self.credit_field = (initial_psn + self.granted) & PSN_MASK
         self.demand = 0  # one past the highest PSN the sender has shown it wants to send
         self.used = 0  # one past the highest PSN received
         self.last_data = 0.0
@@ -167,6 +181,9 @@ class CreditReceiver:
         self.active = False  # seen any DATA or REQUEST: only then does it count toward the window
         self.queued = False  # in the scheduler's queue of connections wanting credit
         self._counted = 0  # this connection's share of the scheduler's outstanding total
+        # min(granted, demand), what that share counts up to, so that a packet need not work it out: the
+        # scheduler sets it whenever either moves (changed() follows every new demand, _grant() moves granted).
+        self._top = 0
         self.grants = 0
         self.written_off = 0
         self.owner: Any = None  # whatever the driver holding the connection wants back from handle_timer()
@@ -213,8 +230,7 @@ class CreditReceiver:
         used = self.used
         if seq >= used:
             used = self.used = seq + 1
-        granted = self.granted
-        top = granted if granted < demand else demand
+        top = self._top
         share = top - used if top > used else 0
         self._counted = share
         outstanding = sched.outstanding + share - counted
@@ -238,6 +254,13 @@ class CreditScheduler:
     one receiver window (the rules at the top of this module). Sans-I/O: its owner asks ``get_timer()``
     and calls ``handle_timer(now)`` when due, which returns the connections it wrote to (their driver
     must let them send)."""
+
+    # Every DATA packet reads and writes a few of these: slots keep them in the object itself, not in a
+    # values array of their own, one cache line fewer to fetch.
+    __slots__ = (
+        "_batch", "_burst", "_clock_below", "_last", "_members", "_next_check", "_tokens", "_touched", "_wanting",
+        "grants", "keep_touched", "outstanding", "quantum", "rate_pps", "timeout", "window", "write_offs",
+    )
 
     def __init__(self, rate_pps: float, window: int, quantum: float, timeout: float) -> None:
         self.rate_pps = rate_pps if rate_pps > 0 else 0.0
@@ -289,7 +312,7 @@ class CreditScheduler:
             self._wake(now)
         # rx.outstanding(), inlined.
         granted, demand, used = rx.granted, rx.demand, rx.used
-        top = granted if granted < demand else demand
+        top = rx._top = granted if granted < demand else demand
         share = top - used if top > used else 0
         counted = rx._counted
         self.outstanding += share - counted
@@ -382,7 +405,9 @@ class CreditScheduler:
             if part > want:
                 part = want
             # Below its demand every PSN granted is one more outstanding.
-            rx.granted += part
+            granted = rx.granted = rx.granted + part
+            rx._top = granted if granted < rx.demand else rx.demand
+            rx.credit_field = (rx._initial_psn + granted) & PSN_MASK
             rx.grants += part
             rx._counted += part
             self.grants += part
