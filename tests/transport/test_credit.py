@@ -79,6 +79,22 @@ def test_scheduler_grants_at_its_rate_round_robin() -> None:
     assert max(shares) - min(shares) <= 1  # round robin
 
 
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_one_round_of_grants_is_shared_equally(n: int) -> None:
+    # 60 ms of tokens at 1,000 PSNs a second handed out in one round among n connections that each
+    # want more: an equal part each (the first of two had taken the whole round).
+    cfg = TransportConfig(**SLOW)
+    sched = CreditScheduler(rate_pps=1000.0, window=10**6, quantum=0.06, timeout=10.0)
+    rxs = [CreditReceiver(cfg, sched) for _ in range(n)]
+    for rx in rxs:
+        rx.on_request(10**5, 0.0)
+    granted0 = [rx.granted for rx in rxs]
+    sched.handle_timer(0.06)
+    shares = [rx.granted - g for rx, g in zip(rxs, granted0, strict=True)]
+    assert sum(shares) == 60
+    assert max(shares) - min(shares) <= 1
+
+
 def test_scheduler_grants_nothing_beyond_its_window() -> None:
     cfg = TransportConfig(**SLOW)
     sched = CreditScheduler(rate_pps=0.0, window=5, quantum=0.001, timeout=10.0)

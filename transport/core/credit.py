@@ -390,20 +390,25 @@ class CreditScheduler:
         return touched
 
     def _grant(self, now: float, touched: list[CreditReceiver] | None) -> None:
-        """Round robin while tokens and the window allow: each turn gives a connection an equal part of
-        what is left to grant (at least one PSN, at most what it still wants)."""
+        """Round robin while tokens and the window allow: each round gives every connection wanting
+        credit an equal part of what is left to grant (at least one PSN, at most what it still wants),
+        and what a round leaves, it shares again."""
         wanting = self._wanting
         room = self.window - self.outstanding
         tokens = self._tokens
         n = room if room < tokens else int(tokens)
+        turns = 0  # left in this round
+        each = 0
         while n > 0 and wanting:
+            if not turns:
+                turns = len(wanting)
+                each = n // turns or 1
+            turns -= 1
             rx = wanting.popleft()
-            part = n // len(wanting) if len(wanting) > 1 else n
-            if part < 1:
-                part = 1
             want = rx.demand - rx.granted
-            if part > want:
-                part = want
+            part = each if each < want else want
+            if part > n:
+                part = n
             # Below its demand every PSN granted is one more outstanding.
             granted = rx.granted = rx.granted + part
             rx._top = granted if granted < rx.demand else rx.demand
