@@ -54,6 +54,28 @@ def test_adaptive_benches_a_lossy_ev_then_probes_it_again() -> None:
     assert 2 in {p.next_ev(0.02 + 0.033) for _ in range(20)}
 
 
+def test_an_ev_back_from_a_cool_down_carries_one_packet_until_it_is_seen_to_deliver() -> None:
+    # Probation: a cut benches many EVs at once, and all coming back with their full share would
+    # lose as much again as the cut did.
+    p = Adaptive(4, random.Random(0), min_cooldown=0.01)
+    for ev in range(4):
+        p.on_ack(ev, 0.001, 0.0)
+    p.on_loss(2, 0.0)
+    picks = [p.next_ev(0.02) for _ in range(40)]
+    assert picks.count(2) == 1  # back after 16 ms: one packet, then it waits for that one's ACK
+    assert p.probing == {2}
+    # Without news, one more packet once the suspect spell (here min_cooldown, 10 ms) has passed.
+    assert [p.next_ev(0.029) for _ in range(40)].count(2) == 0
+    assert [p.next_ev(0.031) for _ in range(40)].count(2) == 1
+    # A delivery on it restores its full share at once.
+    p.on_delivered(2, 0.032)
+    assert p.probing == set()
+    assert [p.next_ev(0.032) for _ in range(40)].count(2) == 10
+    # An EV that was only overdue, never benched for loss, is not on probation.
+    p.on_suspect(1, 0.04)
+    assert [p.next_ev(0.051) for _ in range(40)].count(1) == 10
+
+
 def test_adaptive_benches_an_ev_with_inflated_rtt() -> None:
     p = Adaptive(3, random.Random(0))
     p.on_ack(0, 0.001, 0.0)

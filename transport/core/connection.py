@@ -253,7 +253,9 @@ class Connection:
         span = interval * self._pacing_packets
         horizon = now + (0.0 if q <= 0 else (q if q > span else span))
         ts = to_timestamp(now)
-        n_inflight = len(recovery.inflight)
+        # Overdue packets on a path the policy steers away from are likely lost: they hold no
+        # window, so the live paths carry the rate while the loss deadline runs (RFC 6675's pipe).
+        n_inflight = len(recovery.inflight) - len(recovery.overdue)
         on_sent = recovery.on_packet_sent
         append = out.append
         next_ev = self._policy.next_ev

@@ -169,6 +169,7 @@ class Stats:
     messages_delivered: int = 0
     bytes_delivered: int = 0
     acks_sent: int = 0
+    quick_acks: int = 0  # of them sent at once because a hole had grown old (reassembly.py)
     ecn_ce_received: int = 0  # DATA packets that arrived CE-marked
     credits_sent: int = 0  # CREDIT packets (cc "credit"; ACKs carry credit too)
     requests_received: int = 0  # REQUEST packets
@@ -236,6 +237,7 @@ class Stats:
                 "messages_delivered": self.messages_delivered,
                 "bytes_delivered": self.bytes_delivered,
                 "acks_sent": self.acks_sent,
+                "quick_acks": self.quick_acks,
                 "ecn_ce_received": self.ecn_ce_received,
                 "credits_sent": self.credits_sent,
                 "requests_received": self.requests_received,

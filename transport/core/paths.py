@@ -103,9 +103,18 @@ class Adaptive:
     When every EV is benched or overdue, the softly benched (slow or overdue, not losing) ones carry
     the traffic before any benched for loss; the cool-down scales with the best RTT so the policy
     behaves the same on slow and fast fabrics.
+
+    An EV back from a cool-down for loss is on probation: it carries one packet, then nothing for
+    ``suspect_rtts`` best RTTs unless that packet is acknowledged (``on_delivered``, for the EVs in
+    ``probing``), which restores it at once. Without probation every EV a cut benched came back
+    together, a cool-down later, each with its share of the traffic, and half of it died again
+    until each was found overdue once more: a second dip as deep as the first.
     """
 
     name = "adaptive"
+    # It sends nothing new on an EV with an overdue packet, so loss recovery may leave such packets
+    # out of the window (transport.core.recovery).
+    avoids_overdue = True
 
     def __init__(
         self,
@@ -132,6 +141,8 @@ class Adaptive:
         self.penalties = [0] * num_evs
         self.suspect_rtts = suspect_rtts
         self.suspect_until = [float("-inf")] * num_evs
+        self.on_probation = [False] * num_evs  # benched for loss and not yet seen to deliver since
+        self.probing: set[int] = set()  # EVs on probation with a packet out (see on_delivered)
 
     def _best_rtt(self) -> float | None:
         known = [est.srtt for est in self.rtt.values() if est.srtt is not None]
@@ -162,6 +173,10 @@ class Adaptive:
             ev = self._next
             self._next = (ev + 1) % n
             if ev != avoid and benched[ev] <= now and suspect[ev] <= now:
+                if self.on_probation[ev]:
+                    # One packet, then wait for its ACK (or the suspect spell) before the next.
+                    suspect[ev] = now + self._probe_wait()
+                    self.probing.add(ev)
                 return ev
         # Every EV is benched or overdue: those slow or overdue, not losing, carry the traffic.
         lossy = self.lossy_until
@@ -177,6 +192,8 @@ class Adaptive:
     def on_ack(self, ev: int, rtt: float, now: float) -> None:
         if not 0 <= ev < self.num_evs:
             return
+        if self.on_probation[ev]:
+            self.on_delivered(ev, now)
         est = self.rtt.get(ev)
         if est is None:
             est = self.rtt[ev] = RttEstimator()
@@ -187,20 +204,34 @@ class Adaptive:
             # Forget the inflated estimate so the probe after the cool-down is judged afresh.
             del self.rtt[ev]
 
+    def _probe_wait(self) -> float:
+        best = self._best_rtt() or self.min_cooldown
+        return max(self.min_cooldown, self.suspect_rtts * best)
+
     def on_suspect(self, ev: int, now: float) -> None:
         if 0 <= ev < self.num_evs:
-            best = self._best_rtt() or self.min_cooldown
-            self.suspect_until[ev] = now + max(self.min_cooldown, self.suspect_rtts * best)
+            self.suspect_until[ev] = now + self._probe_wait()
+
+    def on_delivered(self, ev: int, now: float) -> None:
+        """A packet sent on ``ev`` while it was on probation was acknowledged: the path works again."""
+        if 0 <= ev < self.num_evs and self.on_probation[ev]:
+            self.on_probation[ev] = False
+            self.probing.discard(ev)
+            self.suspect_until[ev] = float("-inf")
 
     def on_loss(self, ev: int, now: float) -> None:
         self._penalise(ev, now)
         if 0 <= ev < self.num_evs:
             self.lossy_until[ev] = self.benched_until[ev]
+            self.on_probation[ev] = True
+            self.probing.discard(ev)
 
     def on_timeout(self, ev: int, now: float) -> None:
         self._penalise(ev, now, weight=2.0)
         if 0 <= ev < self.num_evs:
             self.lossy_until[ev] = self.benched_until[ev]
+            self.on_probation[ev] = True
+            self.probing.discard(ev)
 
     def state(self) -> dict:
         return {"penalties": list(self.penalties), "backoff": list(self.backoff)}

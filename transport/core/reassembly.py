@@ -21,6 +21,12 @@ echo EVs of one parity only: every ACK took the same half of the paths back, and
 them silenced the connection. Taken in turn, the ACKs spread over the EVs the sender is using (one
 for a single-path flow, those in good standing for an adaptive one) whatever the batch size. The
 ACK's header still names the echoed packet's EV, which the sender's per-EV state reads.
+
+A hole older than the ACK hold and ``QUICK_ACK_FRAMES`` frames' time on the link is a lost packet,
+not sprayed reordering: until it fills, every arrival is acknowledged at once (``quick_acks``), as
+TCP does after a loss, and so is the packet that fills it. A path that died takes some ACKs with it;
+coalesced ones then came too seldom, the sender's window stood full of unacknowledged packets, and
+its rate stalled until the loss was repaired.
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ _SLOT_BYTES = 8
 _GAP_GAIN = 0.125
 # Latest arrivals whose EVs coalesced ACKs leave on, in turn (see the rule above); a power of two.
 ACK_EV_SLOTS = 16
+# A hole must outlast the ACK hold and this many full-size frames' time on the link before every
+# arrival is acknowledged at once (see the rule above).
+QUICK_ACK_FRAMES = 4
 
 
 class _Sparse(dict):
@@ -128,6 +137,11 @@ class Reassembler:
         self._gap_smooth = 0.0  # smoothed gap between accepted DATA packets; 0 until measured
         self._data_gap = 0.0  # the smaller of that and the latest gap: what decides a hold
         self._ce = 0  # CE-marked DATA packets not yet echoed in an ACK
+        # Since when the lowest missing PSN has been missing (while any is): a hole older than
+        # _quick_after means a lost packet, and then every arrival is acknowledged at once.
+        self._hole_since = 0.0
+        frame = 8 * self._wire / config.link_rate_bps if config.link_rate_bps > 0 else 0.0
+        self._quick_after = max(config.ack_delay, QUICK_ACK_FRAMES * frame)
         # Receiver-driven credit (cc "credit"): told of each accepted packet, its limit rides in every ACK.
         self.credit: CreditReceiver | None = None
 
@@ -281,6 +295,7 @@ class Reassembler:
             st.reorder_distance.append(self._rcv_highest - seq)
         else:
             self._rcv_highest = seq
+        had_hole = bool(ooo)
         if seq == nxt:
             # rcv_nxt moves past seq and any consecutive out-of-order PSNs after it.
             s, i, c = seq, idx, count
@@ -294,7 +309,15 @@ class Reassembler:
                     break
                 i, c = nx
             self._rcv_nxt = s
+            # The packet that fills an old hole is usually its retransmission: say so at once.
+            quick = had_hole and now - self._hole_since > self._quick_after
+            self._hole_since = now
         else:
+            if had_hole:
+                quick = now - self._hole_since > self._quick_after
+            else:
+                quick = False
+                self._hole_since = now
             ooo[seq] = (idx, count)
         self._last_reasm = r
         completed = r.received == count
@@ -314,6 +337,9 @@ class Reassembler:
             self._out_acks.append(self._build_ack(seq, ts, ev, 0, now))
             return
         self._queue_ack(seq, ts, ev, now)
+        if quick and self._ack_pending:
+            self.stats.quick_acks += 1
+            self._flush_ack(now)
 
     @staticmethod
     def _fragment_fits(frag_size: int, count: int, msg_len: int, idx: int, plen: int) -> bool:

@@ -21,7 +21,11 @@ The rules, all here:
   and the frames' allowance is reported to the path policy (``on_suspect``, a hook only policies
   that steer have) before it is declared lost: it is not retransmitted and the window is not cut,
   since it may only be late, but a policy that steers can stop sending on a path that just died or
-  slowed before the loss deadline's margins for reordering and held ACKs have passed.
+  slowed before the loss deadline's margins for reordering and held ACKs have passed. For a policy
+  that then sends nothing new on that EV (``avoids_overdue``: the built-in adaptive one), such
+  packets (``overdue``) hold no window while they wait, as RFC 6675's pipe leaves out what is likely lost:
+  after a cut they had filled the window of an adaptive sender, which then sent at half its rate on
+  the live paths until the loss deadline passed.
 * RTO: srtt + 4 rttvar but at least 2 srtt and rto_min, doubled per consecutive timeout, running
   from the oldest packet in flight or the latest ACK that acknowledged something new. Before the
   first RTT sample, 3 RTT guesses (``config.rtt_guess``: the fabric's base RTT when known and longer
@@ -145,6 +149,14 @@ class LossRecovery:
         self._backoff = 0
         # The policy's optional hook for packets overdue but not yet lost (see the rules above).
         self._suspect = getattr(policy, "on_suspect", None)
+        # EVs the policy has on probation with a packet out, and its hook for their deliveries.
+        self._probing: set[int] | None = getattr(policy, "probing", None)
+        self._on_delivered = getattr(policy, "on_delivered", None)
+        # In-flight seqs found overdue, out of the window's count until acknowledged or declared lost
+        # (see the rules above): only for a policy that sends nothing new on an overdue EV
+        # (``avoids_overdue``), since for any other the freed window would go to the dead path too.
+        self.overdue: set[int] = set()
+        self._release_overdue = self._suspect is not None and getattr(policy, "avoids_overdue", False)
         # When an ACK last acknowledged something new: the RTO runs from here as well as from the
         # oldest packet's send time (RFC 6298 restarts the timer on new ACKs). While ACKs keep
         # arriving, a queue is draining, not a path dead; losses in it are RACK's to find.
@@ -300,8 +312,14 @@ class LossRecovery:
             inflight_pop = self.inflight.pop
             retired = self._retired
             rack = self._rack_order
+            overdue = self.overdue
+            probing = self._probing
             for rec in newly:
                 inflight_pop(rec.seq, None)
+                if overdue:
+                    overdue.discard(rec.seq)
+                if probing and rec.ev in probing:
+                    self._on_delivered(rec.ev, now)  # type: ignore[misc]
                 rec.lost = False
                 (per_ev.get(rec.ev) or st.ev(rec.ev)).acked += 1
                 if rec.tx is None:
@@ -373,6 +391,7 @@ class LossRecovery:
         loss_time = None
         overdue: dict[int, float] | None = {} if self._suspect is not None else None
         suspects: set[int] = set()
+        late: list[int] = []
         for rec in inflight.values():
             if rec.tx_order >= rack:
                 break
@@ -386,13 +405,16 @@ class LossRecovery:
                 continue
             if loss_time is None or deadline < loss_time:
                 loss_time = deadline
-            if overdue is not None and ev not in suspects:
+            if overdue is not None:
                 o = overdue.get(ev)
                 if o is None:
                     o = overdue[ev] = self._overdue_after(ev)
                 if rec.sent_time + o <= now:
                     suspects.add(ev)
+                    late.append(rec.seq)
         self._loss_time = loss_time
+        if self._release_overdue:
+            self.overdue = set(late)
         for ev in suspects:
             self._suspect(ev, now)  # type: ignore[misc]
         if lost:
@@ -425,6 +447,7 @@ class LossRecovery:
 
     def _mark_lost(self, rec: SentPacket, now: float) -> None:
         self.inflight.pop(rec.seq, None)
+        self.overdue.discard(rec.seq)
         rec.lost = True
         if rec.lost_time is None:
             rec.lost_time = now

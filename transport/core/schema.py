@@ -81,6 +81,7 @@ class ReceiverCounters(TypedDict):
     messages_delivered: int
     bytes_delivered: int
     acks_sent: int
+    quick_acks: int  # of acks_sent, sent at once because a hole had grown old
     ecn_ce_received: int
     credits_sent: int
     requests_received: int
