@@ -125,10 +125,11 @@ def test_every_adaptive_flow_recovers_from_a_cut_within_a_quarter_second(seed: i
     """Read as the failover experiment reads it (its 20 ms bins, three smoothed together), every hit
     flow is back to 90 % of its goodput within 0.25 s of the cut, most within 0.12 s. Half its packets
     go to dead EVs until each is overdue (~60-100 ms). Seed 1's slowest flow took 0.28 s while its
-    dead EVs' packets held the window and half its ACKs died on the way back, before overdue packets
-    stopped counting against the window and a receiver with an old hole acknowledged each arrival at
-    once; it still takes 0.24 s: half the EVs its ACKs leave on are dead the other way, and a sender
-    whose ACKs come half as often runs short of window."""
+    dead EVs' packets held the window and coalesced ACKs moved it once per batch, before overdue
+    packets stopped counting against the window and a receiver with an old hole acknowledged each
+    arrival at once. It still takes 0.24 s: after the cut its leaf's one remaining uplink carries
+    both of the leaf's flows at its full rate, the queue there lengthens the round trip, and the
+    window grows to it by one packet per RTT, with a second, shorter dip meanwhile."""
     recovered = {}
     for flow, series in _cut_both_ways(seed).items():
         r = flow_recovery(series, FINE_BIN, CUT_AT, smooth=3)

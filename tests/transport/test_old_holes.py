@@ -39,7 +39,8 @@ def _acks_per_arrival(straggler_at: float) -> tuple[list[tuple[float, int]], int
 
 def test_an_old_hole_gets_every_arrival_acknowledged_at_once() -> None:
     # A hole older than the ACK hold (10 ms) is a lost packet, not sprayed reordering: each arrival
-    # is acknowledged as it comes, so that ACKs lost on a dead path cost the sender little.
+    # is acknowledged as it comes, so that the sender's window, full while the loss is repaired, moves
+    # packet by packet rather than per batch of 8.
     per_arrival, quick = _acks_per_arrival(straggler_at=0.040)
     young = [n for age, n in per_arrival if age < 0.010]
     old = [n for age, n in per_arrival if 0.010 < age <= 0.0415]  # the straggler's arrival included

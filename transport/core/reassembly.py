@@ -24,9 +24,10 @@ ACK's header still names the echoed packet's EV, which the sender's per-EV state
 
 A hole older than the ACK hold and ``QUICK_ACK_FRAMES`` frames' time on the link is a lost packet,
 not sprayed reordering: until it fills, every arrival is acknowledged at once (``quick_acks``), as
-TCP does after a loss, and so is the packet that fills it. A path that died takes some ACKs with it;
-coalesced ones then came too seldom, the sender's window stood full of unacknowledged packets, and
-its rate stalled until the loss was repaired.
+TCP does after a loss, and so is the packet that fills it. While losses are repaired the sender's
+window stands full of packets in flight and moves only as ACKs come: one ACK per batch then left the
+sender idle between them (after a cut in the simulated failover fabric, bursts of sends 20-30 ms apart
+instead of a steady stream).
 """
 
 from __future__ import annotations
