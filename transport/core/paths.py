@@ -219,19 +219,18 @@ class Adaptive:
             self.probing.discard(ev)
             self.suspect_until[ev] = float("-inf")
 
-    def on_loss(self, ev: int, now: float) -> None:
-        self._penalise(ev, now)
+    def _benched_for_loss(self, ev: int, now: float, weight: float) -> None:
+        self._penalise(ev, now, weight)
         if 0 <= ev < self.num_evs:
             self.lossy_until[ev] = self.benched_until[ev]
             self.on_probation[ev] = True
             self.probing.discard(ev)
 
+    def on_loss(self, ev: int, now: float) -> None:
+        self._benched_for_loss(ev, now, 1.0)
+
     def on_timeout(self, ev: int, now: float) -> None:
-        self._penalise(ev, now, weight=2.0)
-        if 0 <= ev < self.num_evs:
-            self.lossy_until[ev] = self.benched_until[ev]
-            self.on_probation[ev] = True
-            self.probing.discard(ev)
+        self._benched_for_loss(ev, now, 2.0)
 
     def state(self) -> dict:
         return {"penalties": list(self.penalties), "backoff": list(self.backoff)}

@@ -391,6 +391,7 @@ class LossRecovery:
         loss_time = None
         overdue: dict[int, float] | None = {} if self._suspect is not None else None
         suspects: set[int] = set()
+        release = self._release_overdue
         late: list[int] = []
         for rec in inflight.values():
             if rec.tx_order >= rack:
@@ -405,15 +406,17 @@ class LossRecovery:
                 continue
             if loss_time is None or deadline < loss_time:
                 loss_time = deadline
-            if overdue is not None:
+            # Every overdue packet counts when they leave the window; else one per EV tells the policy.
+            if overdue is not None and (release or ev not in suspects):
                 o = overdue.get(ev)
                 if o is None:
                     o = overdue[ev] = self._overdue_after(ev)
                 if rec.sent_time + o <= now:
                     suspects.add(ev)
-                    late.append(rec.seq)
+                    if release:
+                        late.append(rec.seq)
         self._loss_time = loss_time
-        if self._release_overdue:
+        if release:
             self.overdue = set(late)
         for ev in suspects:
             self._suspect(ev, now)  # type: ignore[misc]
