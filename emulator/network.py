@@ -28,7 +28,7 @@ from typing import Any
 from emulator.control import ControllerClient, ControllerProcess
 from emulator.errors import EmulatorError
 from emulator.ovs_daemons import RECONNECT_MS, linger_us
-from emulator.shaping import Impairment, InterfaceShaper, initial_shape_commands, rate_change_command, tc_batch
+from emulator.shaping import Impairment, InterfaceShaper, initial_shape_commands, rate_change_commands, tc_batch
 from emulator.state import BRIDGE_MARK, RunState, active_runs, interface_exists
 from emulator.system import Capabilities, capabilities, require_ready, slowdown
 from topologies.model import KERNEL_MTU, Link, Topology
@@ -560,9 +560,10 @@ class Fabric:
             self._rate[intf] = rate_mbps
             if had_rate and intf not in self._ecn:
                 # Changing the HTB class in place keeps the queue and the packets in it.
-                code, out = self._runner_for(end)(rate_change_command(intf, rate_mbps))
-                if code != 0:
-                    raise EmulatorError(f"could not change the rate of {intf}: {out.strip()}")
+                for cmd in rate_change_commands(intf, rate_mbps):
+                    code, out = self._runner_for(end)(cmd)
+                    if code != 0:
+                        raise EmulatorError(f"could not change the rate of {intf}: {out.strip()}")
                 continue
             # No HTB to change (the link was unshaped) or RED sized to the old rate: shape it afresh.
             tables = self.shaper.apply(intf, self._impairment(lk, end), self._runner_for(end))

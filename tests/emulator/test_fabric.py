@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -277,6 +278,22 @@ def test_transport_over_real_sockets_sprays_across_spines(ls442, restore_mode, t
     assert sent["completed"] and got["bytes"] == sent["bytes"] == 2 * 2**20
     crossed = {s: port_rx_packets(ls442.ofctl_target(s), from_leaf1[s]) - before[s] for s in spines}
     assert all(v > 0.15 * sum(crossed.values()) for v in crossed.values()), crossed
+    # Traffic classes: the receiver's ACKs (its socket marks them) leave its host in the control class
+    # (5:3), the sender's data in the data class (5:2).
+    def classes(host: str) -> dict[str, int]:
+        sw, _ = ls442.topology.host_switch(host)
+        intf = ls442.topology.links_between(host, sw)[0].intf(host)
+        return htb_class_packets(ls442.host(host).cmd(f"tc -s class show dev {intf}"))
+
+    acks, data = classes("h8"), classes("h1")
+    assert acks["5:3"] >= sent["datagrams_received"] > 0 and acks["5:2"] < 0.01 * acks["5:3"], acks
+    assert data["5:2"] >= sent["datagrams_sent"] and data["5:3"] < 0.01 * data["5:2"], data
+
+
+def htb_class_packets(tc_output: str) -> dict[str, int]:
+    """classid -> packets sent, from `tc -s class show`."""
+    found = re.findall(r"^class htb (\S+) .*?\n\s*Sent \d+ bytes (\d+) pkt", tc_output, re.M)
+    return {classid: int(packets) for classid, packets in found}
 
 
 def wait_udp_listening(host, port: int, timeout: float = 10.0) -> None:

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from emulator.errors import EmulatorError
-from emulator.shaping import MIN_BURST_BYTES, Impairment, InterfaceShaper, burst_bytes, red_ecn_args, shape_commands
+from emulator.shaping import (
+    MIN_BURST_BYTES,
+    Impairment,
+    InterfaceShaper,
+    burst_bytes,
+    rate_change_commands,
+    red_ecn_args,
+    shape_commands,
+)
+from transport.core.contract import CONTROL_DSCP
 
 
 def qdisc_adds(cmds: list[list[str]]) -> list[list[str]]:
@@ -14,9 +23,49 @@ def qdisc_adds(cmds: list[list[str]]) -> list[list[str]]:
 
 def test_rate_delay_and_loss_stack_netem_under_htb():
     adds = qdisc_adds(shape_commands("s1-eth1", Impairment(20.0, 2.0, 1.0, None), netem=True))
-    assert [c[5:8] for c in adds] == [["root", "handle", "5:"], ["parent", "5:1", "handle"]]
-    netem = adds[1][adds[1].index("netem"):]
-    assert netem == ["netem", "delay", "2.0ms", "loss", "1.0%", "limit", "1000"]
+    assert [c[5:8] for c in adds] == [["root", "handle", "5:"], ["parent", "5:2", "handle"],
+                                      ["parent", "5:3", "handle"]]
+    # Data and control both meet the link's delay and loss.
+    for leaf in adds[1:]:
+        assert leaf[leaf.index("netem"):] == ["netem", "delay", "2.0ms", "loss", "1.0%", "limit", "1000"]
+
+
+def _classes(cmds: list[list[str]]) -> dict[str, dict[str, str]]:
+    """classid -> the HTB class's options (parent, rate, ceil, prio, ...)."""
+    out = {}
+    for c in cmds:
+        if c[:3] == ["tc", "class", "add"]:
+            words = [w for w in c[5:] if w != "htb"]
+            opts = dict(zip(words[::2], words[1::2], strict=True))
+            out[opts.pop("classid")] = opts
+    return out
+
+
+@pytest.mark.parametrize("rate", [1.0, 4.0, 6.0, 100.0])
+def test_control_is_served_first_within_the_link_rate(rate):
+    cmds = shape_commands("h1-eth0", Impairment(rate_mbps=rate, queue_packets=50), netem=False)
+    classes = _classes(cmds)
+    link, control, data = classes["5:1"], classes["5:3"], classes["5:2"]
+    assert link["parent"] == "5:" and control["parent"] == data["parent"] == "5:1"
+    # Each class may take the whole link; together they are guaranteed exactly its rate.
+    assert link["rate"] == link["ceil"] == control["ceil"] == data["ceil"] == f"{rate:g}mbit"
+    assert float(control["rate"][:-4]) + float(data["rate"][:-4]) == pytest.approx(rate)
+    assert (control["prio"], data["prio"]) == ("0", "1")
+    # Unmarked traffic is data (the HTB default); the transport's control DSCP goes to control.
+    root = next(c for c in cmds if c[:3] == ["tc", "qdisc", "add"] and "root" in c)
+    assert root[root.index("default") + 1] == "2"
+    filt = next(c for c in cmds if c[:2] == ["tc", "filter"])
+    tos, mask = filt[filt.index("tos") + 1:filt.index("tos") + 3]
+    assert int(tos, 16) == CONTROL_DSCP << 2 and int(mask, 16) == 0xFC and filt[-1] == "5:3"
+    # Each class has a queue of the link's length.
+    assert [c[5:] for c in qdisc_adds(cmds)[1:]] == [["parent", "5:2", "handle", "10:", "pfifo", "limit", "50"],
+                                                      ["parent", "5:3", "handle", "30:", "pfifo", "limit", "50"]]
+
+
+def test_a_rate_change_changes_every_class():
+    cmds = rate_change_commands("h1-eth0", 8.0)
+    assert {c[c.index("classid") + 1] for c in cmds} == {"5:1", "5:2", "5:3"}
+    assert all(c[2] == "change" and c[c.index("ceil") + 1] == "8mbit" for c in cmds)
 
 
 @pytest.mark.parametrize("rate", [1.0, 6.0, 24.0, 100.0, 1000.0])
@@ -32,11 +81,13 @@ def test_the_token_bucket_holds_a_millisecond_and_at_least_two_frames(rate):
 
 def test_ecn_puts_red_under_htb_and_the_leaf_under_red():
     adds = qdisc_adds(shape_commands("s1-eth1", Impairment(20.0, 2.0, 0.0, 50, ecn=True), netem=True))
-    assert len(adds) == 3
-    red, leaf = adds[1], adds[2]
-    assert red[5:9] == ["parent", "5:1", "handle", "10:"] and red[9] == "red" and red[-1] == "ecn"
+    assert len(adds) == 4
+    red, leaf, control = adds[1], adds[2], adds[3]
+    assert red[5:9] == ["parent", "5:2", "handle", "10:"] and red[9] == "red" and red[-1] == "ecn"
     assert leaf[5:9] == ["parent", "10:1", "handle", "20:"]
     assert leaf[9:] == ["netem", "delay", "2.0ms", "limit", "50"]
+    # Control is not ECN-capable: it gets the delay, without RED.
+    assert control[5:] == ["parent", "5:3", "handle", "30:", "netem", "delay", "2.0ms", "limit", "50"]
     # Without delay or a queue length, RED's own queue is the leaf.
     adds = qdisc_adds(shape_commands("h1-eth0", Impairment(20.0, ecn=True), netem=False))
     assert len(adds) == 2 and adds[1][9] == "red"
@@ -104,7 +155,8 @@ def _recording_fabric(monkeypatch):
 
 
 def _rates(cmds: list[list[str]]) -> set[str]:
-    return {c[c.index("rate") + 1] for c in cmds if c[:2] == ["tc", "class"]}
+    """The link rates the commands set: every HTB class's ceiling (its classes share the link's rate)."""
+    return {c[c.index("ceil") + 1] for c in cmds if c[:2] == ["tc", "class"]}
 
 
 def test_a_runtime_rate_is_kept_when_loss_or_ecn_reshape_the_link(monkeypatch):

@@ -8,6 +8,9 @@
 * The default ports: the receivers' `DEFAULT_PORT`, the senders' `DEFAULT_BASE_PORT`. A reply from
   `DEFAULT_PORT` (an ACK) goes to the EV port its data came from, so its destination port's low bits
   are that EV; in `spray` mode the controller sprays such replies by them, back along the data's path.
+* Traffic classes: a socket that sends only the transport's control datagrams (ACKs, credit; a
+  receiver's) marks them `CONTROL_DSCP`, and every shaped link serves that class before data
+  (emulator/shaping.py), as fabrics give transport control a priority of its own.
 
 The transport still knows paths only as EVs; nothing here names a topology. This module imports nothing,
 so the transport, the emulator and the controller (a process of its own) all import it.
@@ -21,6 +24,9 @@ EV_BITS = 4
 NUM_EVS = 1 << EV_BITS  # 16 EVs: one flow covers every path of a fabric with up to 16 of them
 PORT_ALIGNMENT = NUM_EVS  # base ports are multiples of this, so the low bits of a source port are the EV
 UDP_PORT_BITS = 16
+
+CONTROL_DSCP = 46  # Expedited Forwarding
+CONTROL_TOS = CONTROL_DSCP << 2  # the IP TOS byte of a control datagram (ECN bits clear: not ECN-capable)
 
 DEFAULT_PORT = 7471  # where a receiver listens
 DEFAULT_BASE_PORT = 40000  # a sender's source port of EV 0; a multiple of PORT_ALIGNMENT

@@ -55,7 +55,15 @@ from transport.core.events import Event
 from transport.core.pump import Datagrams, Pump, earliest, linger
 from transport.core.schema import AllreduceMetrics
 from transport.io.endpoint import resolve
-from transport.io.eventloop import RECV_BATCH, EventLoop, SendCounters, SocketSender, read_batch, socket_drops
+from transport.io.eventloop import (
+    RECV_BATCH,
+    EventLoop,
+    SendCounters,
+    SocketSender,
+    mark_control,
+    read_batch,
+    socket_drops,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +180,8 @@ def bind_listen(family: int, bind: str, port: int, rank: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise AllReduceError(f"port {port} of peer {rank} is in use on this host; pick another") from None
         raise AllReduceError(f"cannot bind {bind}:{port}: {exc.strerror}") from None
+    # It sends only ACKs: control, served before data on shaped links.
+    mark_control(s)
     return s
 
 

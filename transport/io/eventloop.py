@@ -19,6 +19,7 @@ them all when it wakes. Nothing is logged per packet and no exception is raised 
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import select
 import socket
@@ -30,7 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from transport.core.config import TransportConfig
+from transport.core.contract import CONTROL_TOS
 from transport.core.pump import Datagrams
+
+log = logging.getLogger(__name__)
 
 # Socket buffers large enough to absorb a window's worth of packets between two loop turns; the
 # kernel silently caps them at net.core.{r,w}mem_max.
@@ -60,6 +64,26 @@ def tune(sock: socket.socket) -> None:
         except OSError:  # pragma: no cover - some sandboxes forbid it; defaults still work
             pass
     sock.setblocking(False)
+
+
+def mark_control(sock: socket.socket) -> None:
+    """Mark what `sock` sends as transport control (the contract's CONTROL_DSCP): for a socket that sends
+    only ACKs and credit, so that shaped links serve them before data (emulator/shaping.py)."""
+    try:
+        if sock.family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, CONTROL_TOS)
+        else:
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, CONTROL_TOS)
+    except OSError as exc:  # pragma: no cover - an unmarked ACK still arrives, just not first
+        log.warning("cannot mark control datagrams (DSCP %d): %s", CONTROL_TOS >> 2, exc)
+
+
+def control_ancillary(family: int) -> list[tuple[int, int, bytes]]:
+    """`sendmsg` ancillary data that marks one datagram as transport control, for a socket that sends
+    data too (see mark_control)."""
+    if family == socket.AF_INET6:
+        return [(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, CONTROL_TOS.to_bytes(4, sys.byteorder))]
+    return [(socket.IPPROTO_IP, socket.IP_TOS, CONTROL_TOS.to_bytes(4, sys.byteorder))]
 
 
 @dataclass(slots=True)

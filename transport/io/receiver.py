@@ -57,6 +57,7 @@ from transport.io.eventloop import (
     EventLoop,
     SendCounters,
     SocketSender,
+    mark_control,
     read_batch,
     read_stamped_batch,
     socket_drops,
@@ -206,6 +207,8 @@ class Receiver(EventLoop):
             if exc.errno == errno.EADDRINUSE:
                 raise EndpointError(f"port {self.port} is in use on {self.bind}; choose another --port") from exc
             raise EndpointError(f"cannot bind {self.bind}:{self.port}: {exc.strerror}; check --bind") from exc
+        # This socket sends nothing but ACKs and credit: control, served before data on shaped links.
+        mark_control(s)
         ecn = self.config.cc in _ECN_READERS and family == socket.AF_INET
         # With coalesced ACKs the loop reads late on purpose (see _defer), so it asks the kernel when
         # each datagram arrived: the core is handed that, not the read time. (A socket that reads

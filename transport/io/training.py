@@ -33,7 +33,7 @@ from transport.core.contract import base_port_problem
 from transport.core.events import Event
 from transport.core.pump import Pump, earliest
 from transport.io.endpoint import resolve
-from transport.io.eventloop import EventLoop, SendCounters, SocketSender, read_batch
+from transport.io.eventloop import EventLoop, SendCounters, SocketSender, control_ancillary, read_batch
 from transport.training.messages import MessageError
 from transport.training.metrics import rank_report
 from transport.training.rank import TrainingRank
@@ -47,6 +47,8 @@ EXIT_MISMATCH = 1
 EXIT_USAGE = 2
 EXIT_SIGNAL = 143
 DEFAULT_PORT = 7481  # where a node listens
+_TYPE_OFFSET = wire.TYPE_OFFSET
+_CONTROL_TYPES = (wire.TYPE_ACK, wire.TYPE_CREDIT)  # sent in the control traffic class
 DEFAULT_TIMEOUT = 60.0
 LINGER_S = 0.5  # after the end: final ACKs and the END's repeats still get out
 
@@ -138,6 +140,7 @@ class UdpTrainingNode(EventLoop):
             self._by_cid[cid] = conn
         self.listen: socket.socket | None = None
         self.ev_socks: list[socket.socket] = []
+        self._control_cmsg: list[tuple[int, int, bytes]] = []
         self.error: str | None = None
         self.started_unix: float | None = None
         self._last_rx = 0.0
@@ -148,6 +151,7 @@ class UdpTrainingNode(EventLoop):
     def open(self) -> None:
         host, port = self.opts.nodes[self.name]
         family, _ = resolve(host, port)
+        self._control_cmsg = control_ancillary(family)
         self.listen = self._bind(family, host, port, "listen port")
         self._register(self.listen, self._drain_listen)
         for ev in range(self.opts.config.num_evs):
@@ -172,7 +176,11 @@ class UdpTrainingNode(EventLoop):
         return s
 
     def _sendto(self, addr: Any, dgram: bytes, ev: int) -> None:
-        self.ev_socks[ev].sendto(dgram, addr)
+        if dgram[_TYPE_OFFSET] in _CONTROL_TYPES:
+            # ACKs share the EV's socket with data, so each is marked control on its own.
+            self.ev_socks[ev].sendmsg((dgram,), self._control_cmsg, 0, addr)
+        else:
+            self.ev_socks[ev].sendto(dgram, addr)
 
     def _drain_listen(self, now: float) -> int:
         batch, n = read_batch(self.listen.recvfrom, self._recv_size)  # type: ignore[union-attr]

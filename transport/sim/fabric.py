@@ -24,6 +24,8 @@ The model's rules, for both shapes:
   a host holds back what its NIC cannot send yet rather than dropping it, and its data and its ACKs
   share that queue. Switch egress (downlinks, leaf -> spine, spine -> leaf) has the link's queue:
   that is where incast queues and drops, as in a real switch.
+* Two traffic classes, as the emulator's shaped links have: ACKs and credit (a receiving endpoint's
+  socket marks them control) go before data at every hop, in a queue of their own (`simnet.Link`).
 * Impairments are drawn from one seeded generator per fabric, in event order, so a run is
   reproducible from its seed. A `SwitchSpec` port's `PathSpec` describes the whole way between two
   hosts: its delay and impairments are the uplink's, and the downlink has none of either, so a
@@ -42,10 +44,14 @@ from dataclasses import dataclass, replace
 
 from transport.core.config import TransportConfig
 from transport.core.headers import ACK_FRAME
+from transport.core.wire import TYPE_ACK, TYPE_CREDIT, TYPE_OFFSET
 from transport.sim.simnet import WIRE_OVERHEAD, Link, PathSpec
 
 # Linux's default txqueuelen: the depth of a host's own egress queue.
 HOST_QUEUE_PACKETS = 1000
+# What a receiving endpoint sends, whose socket marks it control (transport.core.contract.CONTROL_DSCP).
+CONTROL_CLASS_TYPES = (TYPE_ACK, TYPE_CREDIT)
+_TYPE_OFFSET = TYPE_OFFSET
 
 
 @dataclass
@@ -174,7 +180,8 @@ class Fabric:
         self._forward(self.route(src, dst, ev), 0, view, 1 - side, data, now)
 
     def _forward(self, hops: tuple[Link, ...], i: int, view: PairView, to: int, data: bytes, now: float) -> None:
-        for t, payload in hops[i].transmit(data, now, self.rng):
+        control = len(data) > _TYPE_OFFSET and data[_TYPE_OFFSET] in CONTROL_CLASS_TYPES
+        for t, payload in hops[i].transmit(data, now, self.rng, control):
             self._seq += 1
             heapq.heappush(self._heap, (t, self._seq, hops, i + 1, view, to, payload))
 

@@ -64,13 +64,20 @@ class Link:
         self.spec = spec
         self.busy_until = 0.0
         self.departures: deque[float] = deque()  # departure times of queued packets
+        self.control_departures: deque[float] = deque()  # the same, of the control class (see transmit)
         self.stats = LinkStats()
 
     def is_down(self, now: float) -> bool:
         return any(start <= now < end for start, end in self.spec.down)
 
-    def transmit(self, data: bytes, now: float, rng: random.Random) -> list[tuple[float, bytes]]:
-        """Send ``data`` at ``now``: the (arrival time, datagram) of each copy that gets through."""
+    def transmit(self, data: bytes, now: float, rng: random.Random, control: bool = False) -> list[tuple[float, bytes]]:
+        """Send ``data`` at ``now``: the (arrival time, datagram) of each copy that gets through.
+
+        ``control``: the datagram is in the control class, which the emulator's shaped links serve
+        before data (emulator/shaping.py): it waits only for the frame on the wire and for control
+        queued before it, in a queue of its own. Data departures are fixed when they are queued, so
+        its wire time delays the data queued after it, not the data already queued; the link is
+        busy exactly as long either way."""
         spec = self.spec
         st = self.stats
         st.sent += 1
@@ -86,18 +93,11 @@ class Link:
             st.duplicated += 1
         out = []
         for _ in range(copies):
-            deps = self.departures
-            while deps and deps[0] <= now:
-                deps.popleft()
-            if len(deps) >= spec.queue_packets:
+            departure = self._queue_control(data, now) if control else self._queue(data, now)
+            if departure is None:
                 st.queue_drops += 1
                 continue
-            start = max(now, self.busy_until)
-            self.busy_until = start + (len(data) + WIRE_OVERHEAD) * 8 / spec.rate_bps
-            deps.append(self.busy_until)
-            if len(deps) > st.peak_queue:
-                st.peak_queue = len(deps)
-            arrival = self.busy_until + spec.delay
+            arrival = departure + spec.delay
             if spec.reorder and rng.random() < spec.reorder:
                 arrival += rng.random() * spec.reorder_delay
                 st.reordered += 1
@@ -112,6 +112,36 @@ class Link:
             out.append((arrival, payload))
             st.delivered += 1
         return out
+
+    def _queue(self, data: bytes, now: float) -> float | None:
+        """Queue a data frame: when it leaves the link, or None when the queue is full."""
+        deps = self.departures
+        while deps and deps[0] <= now:
+            deps.popleft()
+        if len(deps) >= self.spec.queue_packets:
+            return None
+        start = max(now, self.busy_until)
+        self.busy_until = start + (len(data) + WIRE_OVERHEAD) * 8 / self.spec.rate_bps
+        deps.append(self.busy_until)
+        if len(deps) > self.stats.peak_queue:
+            self.stats.peak_queue = len(deps)
+        return self.busy_until
+
+    def _queue_control(self, data: bytes, now: float) -> float | None:
+        """Queue a control frame: after the frame on the wire (the first queued data frame's departure)
+        and the control queued before it."""
+        deps, cdeps = self.departures, self.control_departures
+        while deps and deps[0] <= now:
+            deps.popleft()
+        while cdeps and cdeps[0] <= now:
+            cdeps.popleft()
+        if len(cdeps) >= self.spec.queue_packets:
+            return None
+        wire = (len(data) + WIRE_OVERHEAD) * 8 / self.spec.rate_bps
+        start = max(now, deps[0] if deps else now, cdeps[-1] if cdeps else now)
+        cdeps.append(start + wire)
+        self.busy_until = max(self.busy_until, now) + wire
+        return start + wire
 
 
 class SimNetwork:
