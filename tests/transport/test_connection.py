@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transport.core.config import ConfigError, TransportConfig
 from transport.core.connection import Connection, MessageAcked
@@ -39,6 +41,39 @@ def test_fragments_to_the_mtu() -> None:
     p.now += 0.001
     p.deliver("a", sent)
     assert p.received["b"][0].data == _msg(size)
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(1, 200_000), mtu=st.integers(300, 9000))
+def test_a_message_is_cut_into_equal_fragments(size: int, mtu: int) -> None:
+    cfg = TransportConfig(mtu=mtu, pacing=False, window=1024, max_window=1024)
+    p = make_pair(cfg)
+    p.a.send_message(_msg(size))
+    sent = p.drain("a")
+    frags = [decode(d).payload for d, _ in sent]
+    # As few as the MTU allows, sharing the bytes equally: all but the last of one size, the last
+    # short of it by less than one byte per fragment (what the division leaves), never empty.
+    assert len(frags) == -(-size // cfg.max_payload)
+    first = len(frags[0])
+    assert first <= cfg.max_payload
+    assert all(len(f) == first for f in frags[:-1]) and 0 < len(frags[-1]) <= first
+    assert first - len(frags[-1]) < len(frags)
+    p.now += 0.001
+    p.deliver("a", sent)
+    assert p.received["b"][0].data == _msg(size)
+
+
+def test_a_sprayed_flow_puts_equal_bytes_on_every_path() -> None:
+    # 64 KiB messages in 8972-byte datagrams are 8 packets each; sprayed round robin over 16 EVs onto
+    # 4 paths (EV % 4), full fragments and a short remainder put the remainder on one path every time.
+    cfg = TransportConfig(mtu=8972, pacing=False, window=1024, max_window=1024)
+    p = make_pair(cfg)
+    for _ in range(32):
+        p.a.send_message(_msg(65536))
+    per_path = [0] * 4
+    for d, ev in p.drain("a"):
+        per_path[ev % 4] += len(decode(d).payload)
+    assert max(per_path) == min(per_path) == 32 * 65536 // 4
 
 
 def test_empty_message(pair) -> None:
@@ -124,7 +159,7 @@ def test_ack_batch_flushes_early() -> None:
 def _drop_first_fragment_of_first_message(delivery: str):
     cfg = TransportConfig(delivery=delivery, pacing=False)
     p = make_pair(cfg)
-    p.a.send_message(_msg(3000, 1))  # 3 fragments
+    p.a.send_message(_msg(3000, 1))  # 3 fragments of 1000 bytes
     p.a.send_message(b"second")
     sent = p.drain("a")
     assert len(sent) == 4
@@ -143,7 +178,8 @@ def test_unordered_delivers_a_complete_message_at_once() -> None:
 def test_ordered_holds_later_messages_back() -> None:
     p, sent = _drop_first_fragment_of_first_message("ordered")
     assert p.received["b"] == []
-    assert p.b.metrics()["receiver"]["reassembly_bytes"] == 3000 - p.a.config.max_payload + 6
+    # The held bytes: the first message but its first third (equal fragments of 1000 bytes), and the second.
+    assert p.b.metrics()["receiver"]["reassembly_bytes"] == 3000 - 1000 + 6
     p.deliver("a", sent[:1])
     assert [e.msg_id for e in p.received["b"]] == [0, 1]
     assert p.b.metrics()["receiver"]["reassembly_bytes"] == 0

@@ -57,9 +57,19 @@ logger = logging.getLogger(__name__)
 
 
 class _OutMessage:
-    """A message being sent: fragmented lazily, and counted down as its fragments are acknowledged."""
+    """A message being sent: fragmented lazily, and counted down as its fragments are acknowledged.
 
-    __slots__ = ("data", "frag_count", "msg_id", "next_frag", "remaining", "size", "submitted", "wire_id")
+    Its fragments share its bytes equally (the last carries what the division leaves, a little
+    less), instead of full-size fragments and a short remainder: a sprayed flow rotates its EVs
+    packet by packet, and with a fixed number of fragments per message the short one fell on the
+    same EV, and so the same path, message after message. 64 KiB messages in 9000-byte frames are 7
+    full fragments and a third of one: the path that always got the third carried 9 % fewer bytes than
+    the others, and on a fabric whose uplinks are all full the others capped every flow at 0.90 of the
+    wire (0.97 with equal fragments, simulated 4x4 at 4 Mb/s). The receiver takes any fragment size:
+    every fragment but the last carries the first's (reassembly.py)."""
+
+    __slots__ = ("data", "frag_count", "frag_size", "msg_id", "next_frag", "remaining", "size", "submitted",
+                 "wire_id")
 
     def __init__(self, msg_id: int, data: bytes, frag_count: int, submitted: float) -> None:
         self.msg_id = msg_id
@@ -67,6 +77,8 @@ class _OutMessage:
         self.data = data
         self.size = len(data)
         self.frag_count = frag_count
+        # Equal shares: at most max_payload, since frag_count = ceil(size / max_payload).
+        self.frag_size = -(-self.size // frag_count) if self.size else 0
         self.next_frag = 0
         self.remaining = frag_count  # fragments not yet acknowledged
         self.submitted = submitted
@@ -260,7 +272,6 @@ class Connection:
         append = out.append
         next_ev = self._policy.next_ev
         num_evs = self._num_evs
-        size = self._payload
         cid = self.connection_id
         ipsn = self.initial_psn
         st = self.stats
@@ -295,7 +306,8 @@ class Connection:
                 # A new PSN: the next fragment of the oldest queued message.
                 msg = queue[0]
                 i = msg.next_frag
-                payload = msg.data[i * size : (i + 1) * size]
+                fsize = msg.frag_size
+                payload = msg.data[i * fsize : (i + 1) * fsize]
                 msg.next_frag = i + 1
                 if i + 1 >= msg.frag_count:
                     queue.popleft()
