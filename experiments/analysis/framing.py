@@ -33,13 +33,21 @@ class Framing:
     overhead: int
     message: int = 0
     ack: int = 0
+    equal: bool = False  # a message's packets share its bytes equally (the transport's), not full + rest
+
+    def fragment(self, nbytes: int) -> int:
+        """Payload of the first packet of a message of `nbytes` bytes (of all but its last, when equal)."""
+        if not self.equal or nbytes <= 0:
+            return min(nbytes, self.payload)
+        return -(-nbytes // -(-nbytes // self.payload))
 
 
 def srd_framing(mtu: int = 1400, message_size: int = 65536) -> Framing:
     """The transport's DATA datagrams: `mtu` bytes of UDP payload including its own 42-byte header, cut
     per message, plus UDP, IPv4 and Ethernet: 84 bytes of overhead per packet
     (transport.core.headers.DATA_WIRE_OVERHEAD)."""
-    return Framing(payload=mtu - DATA_HEADER_LEN, overhead=DATA_WIRE_OVERHEAD, message=message_size, ack=ACK_FRAME)
+    return Framing(payload=mtu - DATA_HEADER_LEN, overhead=DATA_WIRE_OVERHEAD, message=message_size, ack=ACK_FRAME,
+                   equal=True)
 
 
 def tcp_framing(mss: int = TCP_MSS, pmtu: int = TCP_PMTU) -> Framing:
@@ -80,7 +88,7 @@ def bottleneck_bps(topo: Topology, src: str, dst: str) -> float:
 def topology_base_rtt(topo: Topology, src: str, dst: str, framing: Framing) -> float:
     """Base RTT from the fabric's description when the endpoint measured none: propagation both ways
     plus, at every hop, storing and forwarding one full packet out and one ACK back."""
-    packet = framing.payload + framing.overhead
+    packet = framing.fragment(framing.message or framing.payload) + framing.overhead
     rtt = 0.0
     for lk in path_links(topo, src, dst):
         rtt += 2 * lk.delay_ms / 1e3 + 8 * (packet + framing.ack) / (lk.rate_mbps * 1e6)
@@ -98,7 +106,7 @@ def first_packet_bytes(size: int, framing: Framing) -> int:
     if size <= 0:
         return 0
     per_message = framing.message if framing.message > 0 else size
-    return min(size, per_message, framing.payload) + framing.overhead
+    return framing.fragment(min(size, per_message)) + framing.overhead
 
 
 def ideal_fct(size: int, framing: Framing, bottleneck: float, base_rtt: float) -> float:

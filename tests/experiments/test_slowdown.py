@@ -41,10 +41,12 @@ def test_framing_is_the_transports_wire_overhead():
     f = srd_framing()
     assert f.overhead == DATA_WIRE_OVERHEAD == DATA_HEADER_LEN + 8 + 20 + 14
     assert f.payload == 1400 - DATA_HEADER_LEN
-    # One 64 KiB message: 48 full datagrams and one of 352 bytes, 84 bytes of headers each.
+    # One 64 KiB message: 49 datagrams (48 would need 1366 bytes each), sharing its bytes equally
+    # (1338 or 1337 bytes), 84 bytes of headers each.
     assert wire_bytes(MESSAGE, f) == MESSAGE + 49 * 84
     assert wire_bytes(2 * MESSAGE + 10, f) == 2 * MESSAGE + 10 + (2 * 49 + 1) * 84
-    assert first_packet_bytes(10, f) == 94 and first_packet_bytes(MESSAGE, f) == 1442
+    assert first_packet_bytes(10, f) == 94 and first_packet_bytes(MESSAGE, f) == 1338 + 84
+    assert first_packet_bytes(5000, f) == 1250 + 84  # 4 fragments of 1250
     tcp = tcp_framing()
     assert wire_bytes(1448 * 3, tcp) == 1514 * 3
 
@@ -99,9 +101,10 @@ def test_base_rtt_falls_back_to_the_topology():
     m = _sender_json(200_000, PathSpec(rate_bps=10e6, delay=0.002))
     m["connection"]["state"]["min_rtt"] = None
     f = _arm({"send-0-h1-h2": m}, topo)["flows"][0]
-    # Four links: 1 ms each way, and one 1442-byte packet out and one ACK frame back at 10 Mb/s per hop.
+    # Four links: 1 ms each way, and one packet of a 64 KiB message (1338 + 84 bytes) out and one ACK
+    # frame back at 10 Mb/s per hop.
     assert f["base_rtt_source"] == "topology"
-    assert f["base_rtt_s"] == pytest.approx(4 * (0.002 + 8 * (1442 + ACK_FRAME) / 10e6))
+    assert f["base_rtt_s"] == pytest.approx(4 * (0.002 + 8 * (1338 + 84 + ACK_FRAME) / 10e6))
 
 
 def test_tcp_flows_use_tcp_framing_and_iperfs_min_rtt():
