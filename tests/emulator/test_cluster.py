@@ -60,7 +60,9 @@ def test_clean_after_a_killed_cluster_run():
         proc.wait()
     out = subprocess.run([*FABRICLAB, "clean"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "removed namespace flc-" in out.stdout and "removed ssh process" in out.stdout
+    # The ssh clients' pipes closed with their parent, so they may have exited before `clean` looked:
+    # it removes those still running, and none may remain.
+    assert "removed namespace flc-" in out.stdout
     assert_no_leftovers()
 
 
