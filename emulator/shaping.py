@@ -2,7 +2,7 @@
 RED for ECN marking (where the kernel has sch_red: the VM's does).
 
 A shaped interface has two traffic classes under its rate, as a fabric's switches and NICs do: control
-(datagrams whose DSCP is CONTROL_DSCP: the transport's ACKs, credit and requests) goes first, then
+(datagrams whose DSCP is CONTROL_DSCP: the transport's ACKs and credit) goes first, then
 everything else. An ACK that waited behind a host's own outgoing data (tens of milliseconds of queue at
 these rates) held its flow's window that long: in a permutation, where every host sends and receives,
 sprayed goodput stayed near 0.92 of the wire with the delay controller, and 0.97-0.99 with control

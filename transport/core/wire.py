@@ -147,6 +147,8 @@ _DATA_CRC_AT = DATA_HEADER_LEN - 4
 _ACK_CRC_AT = ACK_LEN - 4
 _CTRL_CRC_AT = CTRL_LEN - 4
 CTRL_TYPES = (TYPE_CREDIT, TYPE_REQUEST)
+# What a receiving side sends, which travels in the control traffic class (contract.CONTROL_DSCP).
+CONTROL_CLASS_TYPES = (TYPE_ACK, TYPE_CREDIT)
 
 
 class WireError(ValueError):

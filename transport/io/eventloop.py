@@ -66,14 +66,17 @@ def tune(sock: socket.socket) -> None:
     sock.setblocking(False)
 
 
+def _tos_option(family: int) -> tuple[int, int]:
+    """The (level, option) that sets a socket's or a datagram's TOS byte (traffic class in IPv6)."""
+    return (socket.IPPROTO_IPV6, socket.IPV6_TCLASS) if family == socket.AF_INET6 else (socket.IPPROTO_IP,
+                                                                                        socket.IP_TOS)
+
+
 def mark_control(sock: socket.socket) -> None:
     """Mark what `sock` sends as transport control (the contract's CONTROL_DSCP): for a socket that sends
     only ACKs and credit, so that shaped links serve them before data (emulator/shaping.py)."""
     try:
-        if sock.family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, CONTROL_TOS)
-        else:
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, CONTROL_TOS)
+        sock.setsockopt(*_tos_option(sock.family), CONTROL_TOS)
     except OSError as exc:  # pragma: no cover - an unmarked ACK still arrives, just not first
         log.warning("cannot mark control datagrams (DSCP %d): %s", CONTROL_TOS >> 2, exc)
 
@@ -81,9 +84,7 @@ def mark_control(sock: socket.socket) -> None:
 def control_ancillary(family: int) -> list[tuple[int, int, bytes]]:
     """`sendmsg` ancillary data that marks one datagram as transport control, for a socket that sends
     data too (see mark_control)."""
-    if family == socket.AF_INET6:
-        return [(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, CONTROL_TOS.to_bytes(4, sys.byteorder))]
-    return [(socket.IPPROTO_IP, socket.IP_TOS, CONTROL_TOS.to_bytes(4, sys.byteorder))]
+    return [(*_tos_option(family), CONTROL_TOS.to_bytes(4, sys.byteorder))]
 
 
 @dataclass(slots=True)

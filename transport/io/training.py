@@ -48,7 +48,6 @@ EXIT_USAGE = 2
 EXIT_SIGNAL = 143
 DEFAULT_PORT = 7481  # where a node listens
 _TYPE_OFFSET = wire.TYPE_OFFSET
-_CONTROL_TYPES = (wire.TYPE_ACK, wire.TYPE_CREDIT)  # sent in the control traffic class
 DEFAULT_TIMEOUT = 60.0
 LINGER_S = 0.5  # after the end: final ACKs and the END's repeats still get out
 
@@ -176,7 +175,7 @@ class UdpTrainingNode(EventLoop):
         return s
 
     def _sendto(self, addr: Any, dgram: bytes, ev: int) -> None:
-        if dgram[_TYPE_OFFSET] in _CONTROL_TYPES:
+        if dgram[_TYPE_OFFSET] in wire.CONTROL_CLASS_TYPES:
             # ACKs share the EV's socket with data, so each is marked control on its own.
             self.ev_socks[ev].sendmsg((dgram,), self._control_cmsg, 0, addr)
         else:

@@ -44,14 +44,11 @@ from dataclasses import dataclass, replace
 
 from transport.core.config import TransportConfig
 from transport.core.headers import ACK_FRAME
-from transport.core.wire import TYPE_ACK, TYPE_CREDIT, TYPE_OFFSET
+from transport.core.wire import CONTROL_CLASS_TYPES, TYPE_OFFSET
 from transport.sim.simnet import WIRE_OVERHEAD, Link, PathSpec
 
 # Linux's default txqueuelen: the depth of a host's own egress queue.
 HOST_QUEUE_PACKETS = 1000
-# What a receiving endpoint sends, whose socket marks it control (transport.core.contract.CONTROL_DSCP).
-CONTROL_CLASS_TYPES = (TYPE_ACK, TYPE_CREDIT)
-_TYPE_OFFSET = TYPE_OFFSET
 
 
 @dataclass
@@ -180,7 +177,7 @@ class Fabric:
         self._forward(self.route(src, dst, ev), 0, view, 1 - side, data, now)
 
     def _forward(self, hops: tuple[Link, ...], i: int, view: PairView, to: int, data: bytes, now: float) -> None:
-        control = len(data) > _TYPE_OFFSET and data[_TYPE_OFFSET] in CONTROL_CLASS_TYPES
+        control = len(data) > TYPE_OFFSET and data[TYPE_OFFSET] in CONTROL_CLASS_TYPES
         for t, payload in hops[i].transmit(data, now, self.rng, control):
             self._seq += 1
             heapq.heappush(self._heap, (t, self._seq, hops, i + 1, view, to, payload))
