@@ -279,7 +279,8 @@ def test_fabriclab_pollskip_epoll_0_reaches_the_daemons(monkeypatch):
 
 
 # Wake-up moderation: a poll() woken by I/O while packets come densely lingers, then answers with all that
-# came meanwhile; a sparse wake-up (or no linger asked for) answers at once with what woke it.
+# came meanwhile; a sparse wake-up (or no linger asked for) answers at once with what woke it, and so does
+# a ping's reply, which comes soon after its request but among sparse traffic.
 LINGER_CHILD = textwrap.dedent("""
     import select, socket, threading, time
 
@@ -313,6 +314,13 @@ LINGER_CHILD = textwrap.dedent("""
     time.sleep(0.2)
     ready, took = woken_by((0.005, 4), (0.03, 5))  # 250 ms of silence first: sparse
     print("sparse", ready, took < 0.025)
+    replies = []
+    for _ in range(4):  # pings: a request after 250 ms, its reply soon after; dense by the last gap alone
+        time.sleep(0.25)
+        woken_by((0.005, 6))
+        ready, took = woken_by((0.005, 7))
+        replies.append(took < 0.025)
+    print("pings answered at once", replies)
 """)
 
 
@@ -325,6 +333,7 @@ def test_a_dense_wake_up_lingers_and_gathers_what_came_meanwhile(linger, dense):
     lines = out.stdout.split("\n")[:-1]
     assert lines[0] == f"dense {dense} {linger != '0'}", out.stdout
     assert lines[1] == "sparse [4] True", out.stdout
+    assert lines[2] == "pings answered at once [True, True, True, True]", out.stdout
 
 
 def test_the_linger_is_sized_to_the_switch_links_and_the_environment_overrides_it(monkeypatch):
