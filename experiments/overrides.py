@@ -37,8 +37,9 @@ class ArmNotFound(LookupError):
 def with_overrides(exp: Experiment, topology: str | None = None, duration: float | None = None,
                    seed: int | None = None, repetitions: int | None = None,
                    arms: Sequence[str] | None = None) -> Experiment:
-    """A copy of `exp` with the command line's overrides (fault times scale with the duration; `arms`
-    keeps only the arms named, in the experiment's own order)."""
+    """A copy of `exp` with the command line's overrides (fault times and all-reduce arrays, the
+    experiment's and an arm's own, scale with the duration; `arms` keeps only the arms named, in the
+    experiment's own order)."""
     if arms:
         unknown = [a for a in arms if a not in {x.name for x in exp.arms}]
         if unknown:
@@ -48,7 +49,9 @@ def with_overrides(exp: Experiment, topology: str | None = None, duration: float
     if duration is not None and duration != exp.duration_s:
         scale = duration / exp.duration_s
         exp = replace(exp, arms=[replace(a, faults=tuple(replace(f, at_s=f.at_s * scale) if f.at_s > 0 else f
-                                                         for f in a.faults)) for a in exp.arms],
+                                                         for f in a.faults),
+                                         workload=a.workload and _scaled_collective(a.workload, scale))
+                                 for a in exp.arms],
                       duration_s=duration, workload=_scaled_collective(exp.workload, scale),
                       extra=_scaled_training(exp.extra, scale))
     if topology:

@@ -138,6 +138,15 @@ def test_a_shorter_run_shrinks_an_all_reduce_array_with_a_floor():
     assert tiny.elements == overrides.MIN_COLLECTIVE_ELEMENTS and tiny.iterations == ar.workload.iterations
     ecmp = catalogue.get("ecmp-vs-spray").build()
     assert overrides.with_overrides(ecmp, duration=1).workload == ecmp.workload
+    # An arm's own all-reduce (in-server's, beside its pings) scales too.
+    ins = catalogue.get("in-server").build()
+    longer = overrides.with_overrides(ins, duration=4 * ins.duration_s)
+    for before, after in zip(ins.arms, longer.arms, strict=True):
+        if before.workload is None:
+            assert after.workload is None
+        else:
+            assert after.workload.elements == 4 * before.workload.elements
+            assert after.workload.pairs == before.workload.pairs
 
 
 def test_cli_list_and_report(doc, tmp_path: Path, capsys):
