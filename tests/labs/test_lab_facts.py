@@ -75,3 +75,14 @@ def test_lab5_duration_scales_the_allreduce():
     assert tiny.workload.elements * 4 == 64 << 10
     text = readme(5)
     assert "does not shorten" not in text and "a shorter `--duration` does shorten the run" in text
+
+
+def test_lab5_in_server_facts_match_the_experiment():
+    exp = catalogue.get("in-server").build()
+    params = parse_spec(exp.topology).params
+    assert (params["gpu_rate"], params["nic_rate"]) == (25.0, 5.0)
+    (elements,) = {a.workload.elements for a in exp.arms if a.workload}
+    assert elements * 4 == 256 << 10
+    text = readme(5)
+    assert "at 25 and 5 Mb/s in 9,000-byte frames" in text and "(256 KiB per rank" in text
+    assert "GPU link rate (25 Mb/s)" in text and "same 5 Mb/s NIC" in text

@@ -34,18 +34,11 @@ def test_reference_run_is_there_and_small(lab):
         assert size < 2_000_000, f"{r.parent} holds {size} bytes: keep results.json, summary.md and plots only"
 
 
-# Arms a lab itself teaches to be limited by the emulator: lab 5 asks (question 3) what keeps
-# `allreduce-local`, four GPUs at 100 Mb/s through one switch, above its bound, and the answer is the
-# CPU that the run's fidelity verdict reports.
-UNTRUSTED_BY_DESIGN = {"05-in-server-allreduce": {"allreduce-local"}}
-
-
 def test_reference_run_trusted_itself(lab):
     for r in _runs(lab):
         doc = json.loads(r.read_text())
         assert doc["complete"], r
-        allowed = UNTRUSTED_BY_DESIGN.get(lab.path.name, set())
-        untrusted = [a["name"] for a in doc["arms"] if not a["fidelity"]["trusted"] and a["name"] not in allowed]
+        untrusted = [a["name"] for a in doc["arms"] if not a["fidelity"]["trusted"]]
         assert not untrusted, f"{r}: arms {untrusted} untrusted; remake it on an idle machine"
 
 
