@@ -308,6 +308,8 @@ def test_real_sockets_ring(tmp_path: Path, n: int, extra: list[str]) -> None:
         assert res["mean_s"] == pytest.approx(sum(res["iteration_times_s"]) / 2)
         assert res["bound_s"] == pytest.approx(bandwidth_bound(n, 4 * size, 1000))
         assert res["ratio_to_bound"] == pytest.approx(res["mean_s"] / res["bound_s"])
+        # The rank's CPU while its loop ran, which an arm's budget counts as the endpoints'.
+        assert 0 < res["cpu_run_s"] <= res["cpu_total_s"] and res["cpu_run_kernel_s"] >= 0
         t = res["transport"]
         assert t["send"]["sender"]["messages_acked"] == t["send"]["sender"]["messages_sent"] > 0
         assert t["recv"]["receiver"]["messages_delivered"] > 0

@@ -272,6 +272,9 @@ class CollectiveTransport(SocketCounters):
 class RankRunMetrics(TypedDict):
     """What every collective worker reports of one rank's run."""
 
+    cpu_run_s: float
+    cpu_run_kernel_s: float  # of which in the kernel
+    cpu_total_s: float
     rank: int
     peers: list[str]
     size: int  # float32 elements

@@ -363,6 +363,8 @@ class RankLoop(EventLoop):
             "seed": opts.seed,
             "base_port": opts.source_base,
             "piece_bytes": opts.piece_bytes,
+            # Counted as the endpoints' CPU in an arm's budget, as the srd endpoints' is.
+            **self.cpu_metrics(),
         }
 
     def socket_fields(self) -> dict[str, Any]:
