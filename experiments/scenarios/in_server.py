@@ -33,8 +33,8 @@ def build() -> Experiment:
         description="Latency (ping) between two GPUs of one server, and a ring all-reduce among four of "
         "its GPUs, routed through the server's local switch (NVSwitch-like) or up to the ToR and back.",
         # A quarter of the builder's rates (as `hierarchical`), in jumbo frames: four GPU edges at the
-        # builder's 100 Mb/s in 1,500-byte frames left 5-8 % of two cores idle (the emulator, not the
-        # links, set the pace); at 25 Mb/s in 9,000-byte frames they leave ~70 %.
+        # builder's 100 Mb/s in 1,500-byte frames left 5-10 % of two cores idle (the emulator, not the
+        # links, set the pace); at 25 Mb/s in 9,000-byte frames they leave 73-86 %.
         topology="in-server:servers=2,gpus=8,gpu_rate=25,nic_rate=5",
         arms=[
             Arm(ping_arm("local"), kind="ping", mode="local"),

@@ -147,12 +147,17 @@ class SenderWorkload(TypedDict):
     request_response: bool
 
 
-class SenderMetrics(TypedDict):
-    """`fabriclab srd send --json-out`: one connection to one receiver."""
+class EndpointCpu(TypedDict):
+    """An endpoint process's CPU seconds (EventLoop.cpu_metrics): while its loop ran, and in all."""
 
     cpu_run_s: float
     cpu_run_kernel_s: float  # of which in the kernel
     cpu_total_s: float
+
+
+class SenderMetrics(EndpointCpu):
+    """`fabriclab srd send --json-out`: one connection to one receiver."""
+
     role: str
     destination: str
     connection_id: int
@@ -199,12 +204,9 @@ class ReceiverConnection(TypedDict):
     transport: ConnectionMetrics
 
 
-class ReceiverMetrics(TypedDict):
+class ReceiverMetrics(EndpointCpu):
     """`fabriclab srd recv --json-out`: every connection that reached one listening port."""
 
-    cpu_run_s: float
-    cpu_run_kernel_s: float  # of which in the kernel
-    cpu_total_s: float
     role: str
     listen: str
     stop_reason: str
@@ -269,12 +271,9 @@ class CollectiveTransport(SocketCounters):
     recvs: list[RecvSide]
 
 
-class RankRunMetrics(TypedDict):
+class RankRunMetrics(EndpointCpu):
     """What every collective worker reports of one rank's run."""
 
-    cpu_run_s: float
-    cpu_run_kernel_s: float  # of which in the kernel
-    cpu_total_s: float
     rank: int
     peers: list[str]
     size: int  # float32 elements
