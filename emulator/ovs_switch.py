@@ -121,7 +121,12 @@ class IsolatedOVSSwitch(Switch):
     def batchStartup(cls, switches: Sequence[IsolatedOVSSwitch], run: Any = None) -> list[IsolatedOVSSwitch]:
         """Start every switch's daemons at once: each node's shell runs its own script, in parallel."""
         for sw in switches:
-            sw.sendCmd(sw.start_script())
+            # Run from a file: a node's shell reads its commands through a terminal, whose line
+            # discipline cuts a line at 4,095 bytes, and a switch with a few dozen ports needs more.
+            sw.dir.mkdir(parents=True, exist_ok=True)
+            script = sw.dir / "start.sh"
+            script.write_text(sw.start_script() + "\n")
+            sw.sendCmd(f"bash {shlex.quote(str(script))}")
         failed = []
         for sw in switches:
             out = sw.waitOutput()

@@ -74,6 +74,12 @@ def narrowing(fabric_factory) -> Fabric:
 
 
 @pytest.fixture
+def wide_leaf(fabric_factory) -> Fabric:
+    # 41 ports on each leaf: a start script longer than the 4,095 bytes a terminal line holds.
+    return fabric_factory("leaf-spine:spines=1,leaves=2,hosts=40")
+
+
+@pytest.fixture
 def in_server(fabric_factory) -> Fabric:
     return fabric_factory("in-server:servers=2,gpus=8")
 
@@ -366,3 +372,11 @@ def test_a_queue_deeper_than_the_default_socket_buffer_loses_nothing(narrowing):
     res = run_probe(narrowing, "h1", "h2", packets=300, rate_pps=4000.0, size=1400)
     assert res.packets_sent == 300
     assert res.packets_received == 300, res
+
+
+def test_a_leaf_with_forty_hosts_comes_up_and_forwards(wide_leaf):
+    hosts = [h.name for h in wide_leaf.topology.hosts]
+    assert len(wide_leaf.ovs_pids()) >= 3
+    for dst in (hosts[39], hosts[-1]):  # under the same leaf, and across the spine
+        out = wide_leaf.host(hosts[0]).cmd("ping -c2 -W2", wide_leaf.ip(dst))
+        assert " 0% packet loss" in out, out
