@@ -13,7 +13,15 @@ import argparse
 import json
 import sys
 
-from cli.args import add_path_policy_argument, count_arg, nonneg_float, parse_peers, positive_float, positive_int
+from cli.args import (
+    add_path_policy_argument,
+    count_arg,
+    nonneg_float,
+    nonneg_int,
+    parse_peers,
+    positive_float,
+    positive_int,
+)
 from cli.worker_run import run_to_end
 from transport.collective.report import Row, format_rows
 from transport.collective.ring import DEFAULT_PIECE_BYTES, DTYPE
@@ -78,7 +86,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--mtu", type=int, default=TransportConfig.mtu, help="UDP payload bytes per datagram")
     p.add_argument("--piece-bytes", type=count_arg, default=DEFAULT_PIECE_BYTES,
                    help="bytes of a chunk per transport message (pieces pipeline round the ring)")
-    p.add_argument("--seed", type=int, default=0, help="inputs are drawn from (seed, rank)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="inputs are drawn from (seed, rank)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without progress before giving up")
     p.add_argument("--start-at", type=float, default=None, help="UNIX time to start iteration 1 (after the barrier)")
     p.add_argument("--link-rate-mbps", type=float, default=None,
@@ -109,7 +117,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     b.add_argument("--loss", type=nonneg_float, default=0.0, help="random loss on every uplink (0..1)")
     b.add_argument("--iterations", type=positive_int, default=1)
     b.add_argument("--piece-bytes", type=count_arg, default=DEFAULT_PIECE_BYTES)
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=nonneg_int, default=0)
     b.add_argument("--json", action="store_true", help="print the rows as JSON")
     b.set_defaults(func=_cmd_bench_collectives)
 

@@ -13,6 +13,7 @@ from typing import Any
 from cli.args import (
     add_path_policy_argument,
     add_servers_argument,
+    nonneg_int,
     number_arg,
     positive_float,
     positive_int,
@@ -183,11 +184,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
                    help="seconds of traffic per arm (fault times scale with it, and so does an all-reduce's "
                    "array)")
-    p.add_argument("--seed", type=int, default=None, metavar="N", help="seed (default: the experiment's)")
+    p.add_argument("--seed", type=nonneg_int, default=None, metavar="N", help="seed (default: the experiment's)")
     p.add_argument("--reaction-delay", type=number_arg(float, "a number of seconds", 0, 10), default=None,
                    metavar="S", help="the controller reroutes S seconds after a link's state changes, as a real "
                    "fabric's detection and routing would (0: at once, ~30 ms; failover's default is 1 s)")
-    p.add_argument("--repetitions", type=int, default=None, metavar="N", help="run every arm N times")
+    p.add_argument("--repetitions", type=positive_int, default=None, metavar="N", help="run every arm N times")
     p.add_argument("--arms", type=_names, default=None, metavar="NAME,...",
                    help="run only these arms, in the experiment's order (default: all; see `fabriclab list`)")
     p.add_argument("--out", type=Path, default=Path("results"), metavar="DIR",

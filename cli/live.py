@@ -8,7 +8,14 @@ import logging
 import signal
 import sys
 
-from cli.args import add_path_policy_argument, add_servers_argument, number_arg, port_or_any, positive_seconds
+from cli.args import (
+    add_path_policy_argument,
+    add_servers_argument,
+    nonneg_int,
+    number_arg,
+    port_or_any,
+    positive_seconds,
+)
 from emulator.errors import EmulatorError
 from live.controls import MODES, POLICIES
 from live.workload import WORKLOADS
@@ -75,7 +82,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    "c/r N cut/restore link N, l N P loss P %% on link N, q quit")
     p.add_argument("--fake", action="store_true",
                    help="no fabric: synthetic counters from the topology (no root needed; for trying the view)")
-    p.add_argument("--seed", type=int, default=1, metavar="N", help="seed of the flow placement (default: %(default)s)")
+    p.add_argument("--seed", type=nonneg_int, default=1, metavar="N",
+                   help="seed of the flow placement (default: %(default)s)")
     p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
                    help="stop after S seconds and tear the fabric down (default: run until Ctrl-C); for labs "
                    "and scripted demonstrations")

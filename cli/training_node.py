@@ -101,7 +101,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--evs", type=positive_int, default=16, help="entropy values = source ports per node")
     p.add_argument("--base-port", type=port_arg, default=40000, help="source port of EV 0")
     p.add_argument("--mtu", type=int, default=TransportConfig.mtu, help="UDP payload bytes per datagram")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonneg_int, default=0)
     p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT,
                    help="seconds without hearing anything before giving up")
     p.add_argument("--json-out", default=None, metavar="FILE", help="write the results as JSON (also on SIGTERM)")
@@ -111,7 +111,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         description="Run every arm of `fabriclab run training` on the simulated leaf-spine (the same job, "
         "rates, storage and faults, on a virtual clock: no CPU limit, no root) and print each arm's step "
         "times, compute share, checkpoint stall, steps lost and goodput, and the summary's sentences, as JSON.")
-    b.add_argument("--seed", type=int, default=None, help="the simulation's seed (default: the experiment's)")
+    b.add_argument("--seed", type=nonneg_int, default=None, help="the simulation's seed (default: the experiment's)")
     b.add_argument("--arms", default=None, help="comma-separated arm names (default: all)")
     b.set_defaults(func=_cmd_bench_training)
 

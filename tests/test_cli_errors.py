@@ -38,6 +38,10 @@ CASES = [
       "--checkpoint-host", "far0"], "--checkpoint-host far0"),
     (["train-node", "--name", "rank0", "--nodes", "rank1=127.0.0.1:7000,rank0=127.0.0.1:7002,near0=127.0.0.1:7001",
       "--steps", "0"], "--steps"),
+    (["run", "ecmp-vs-spray", "--repetitions", "0"], "--repetitions"),
+    (["run", "allreduce", "--seed", "-1"], "--seed"),
+    (["live", "--seed", "-2"], "--seed"),
+    (["allreduce", "--rank", "0", "--peers", "127.0.0.1:7000", "--size", "1", "--seed", "-1"], "--seed"),
 ]
 
 
