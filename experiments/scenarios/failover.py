@@ -122,11 +122,26 @@ def sentences(doc: ResultsDocument) -> list[str]:
         out.append(f"{name}: {a.get('hit_flows', 0)} flow(s) hit; back to 90 % of their goodput after "
                    f"{secs(a.get('recovery_s'))}" + (f" ({rtos:.1f} RTOs of {secs(a['rto_s'])})" if rtos else "") + ".")
     speed = an.get("adaptive_speedup")
-    if speed and len(speed["by_repetition"]) > 1:
-        out.append(f"Adaptive spraying steered around the dead path {speed['median']:.0f}x sooner than ECMP waited "
-                   f"for the reroute (the median of {len(speed['by_repetition'])} repetitions; "
-                   f"{speed['min']:.1f}x in the slowest).")
-    elif speed:
-        out.append(f"Adaptive spraying steered around the dead path {speed['median']:.0f}x "
-                   "sooner than ECMP waited for the reroute.")
+    if speed:
+        out.append(speedup_sentence(speed["median"], len(speed["by_repetition"]), speed["min"]))
     return out
+
+
+# Recoveries within this factor of each other are read as equal: one RTO sample of either arm moves
+# its figure by more.
+SAME_SPEED = 1.1
+
+
+def speedup_sentence(ratio: float, repetitions: int = 1, slowest: float | None = None) -> str:
+    """How adaptive spraying's recovery compares with the delayed reroute's, given their ratio (the
+    reroute's recovery over adaptive's): sooner, about as soon, or later, in words that match it."""
+    where = f" (the median of {repetitions} repetitions)" if repetitions > 1 else ""
+    if ratio >= SAME_SPEED:
+        if repetitions > 1 and slowest is not None:
+            where = f" (the median of {repetitions} repetitions; {slowest:.1f}x in the slowest)"
+        return (f"Adaptive spraying steered around the dead path {ratio:.1f}x sooner than ECMP waited for the "
+                f"reroute{where}.")
+    if ratio > 1 / SAME_SPEED:
+        return f"Adaptive spraying steered around the dead path about as soon as ECMP was rerouted{where}."
+    return (f"Adaptive spraying took {1 / ratio:.1f}x as long to steer around the dead path as ECMP took to be "
+            f"rerouted{where}.")

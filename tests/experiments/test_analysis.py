@@ -215,3 +215,16 @@ def test_heatmap_rows_are_grouped_by_the_tiers_they_join():
     ordered, groups = tier_order(labels, roles)
     assert ordered == ["p1e1->p1a1", "p2e1->p2a2", "p1a1->c1", "c1->p1a1", "p1a1->p1e1"]
     assert groups == [(0, "edge->agg"), (2, "agg->core"), (3, "core->agg"), (4, "agg->edge")]
+
+
+@pytest.mark.parametrize(("ratio", "said"), [
+    (1.5, "1.5x sooner than ECMP"),  # was rounded to "1x sooner"
+    (17.6, "17.6x sooner than ECMP"),
+    (1.04, "about as soon as ECMP"),
+    (0.69, "took 1.4x as long to steer around the dead path"),  # adaptive the slower: not "sooner"
+])
+def test_the_speedup_sentence_says_what_the_ratio_says(ratio, said):
+    from experiments.scenarios import failover
+
+    assert said in failover.speedup_sentence(ratio)
+    assert "median of 3 repetitions" in failover.speedup_sentence(ratio, 3, ratio)
