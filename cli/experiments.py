@@ -21,7 +21,7 @@ from cli.args import (
 )
 from emulator.errors import EmulatorError
 from emulator.network import raise_terminated
-from experiments.model import Arm, Experiment
+from experiments.model import Arm, DoesNotFit, Experiment
 from experiments.overrides import ArmNotFound
 from experiments.policy_arm import PolicyArmError
 from experiments.records import ResultsWriteError
@@ -38,7 +38,7 @@ class ExperimentNotFound(LookupError):
 
 
 USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError, ExperimentNotFound, ArmNotFound, TrafficError,
-               PolicyArmError, ResultsWriteError)
+               PolicyArmError, ResultsWriteError, DoesNotFit)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -251,6 +251,7 @@ def _run(args: argparse.Namespace) -> int:
         from experiments.policy_arm import with_policy_arm
 
         exp = with_policy_arm(exp, args.path_policy)
+    driver.check_fits(exp, topo)
     from emulator.system import capabilities, require_ready
 
     require_ready(capabilities())  # one line with the fix now, not one traceback per arm later

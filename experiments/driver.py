@@ -11,7 +11,7 @@ from pathlib import Path
 
 from experiments import arms, catalogue, overrides, plots, records, report, results
 from experiments.analysis.placement import ideal_bps
-from experiments.model import Experiment
+from experiments.model import DoesNotFit, Experiment
 from experiments.policy_arm import fault_sentences
 from experiments.runner import Reporter, RunOutcome, plan_flows, run_experiment
 from experiments.schema import SCHEMA_VERSION, ResultsDocument
@@ -124,14 +124,46 @@ def prepare(name: str, topo: str | None = None, duration: float | None = None, s
     entry = catalogue.get(name)
     exp = overrides.with_overrides(entry.build(), topology=topo, duration=duration, seed=seed,
                                    repetitions=repetitions, arms=arms)
-    topology = parse_spec(exp.topology)
-    for arm in exp.arms:  # flows the fabric cannot carry fail here, before a results directory exists
-        plan_flows(arm.workload or exp.workload, topology, exp.seed)
-    return exp, topology
+    return exp, parse_spec(exp.topology)
+
+
+def check_fits(exp: Experiment, topo: Topology) -> None:
+    """Raise DoesNotFit when an arm's faults or flows name a link or host that `topo` lacks.
+
+    Experiments name parts of their own fabric (a loss on leaf1-spine1, far storage behind h7-leaf3,
+    a flow from h1 to h2); on another fabric those names may not exist, and each arm would fail on
+    its own after a bring-up. Run before anything is brought up, once `--traffic` has replaced the
+    flows (a traffic matrix's hosts need no check: they are numbered within the fabric).
+    """
+    entry = catalogue.CATALOGUE.get(exp.name)
+    own = entry.build().topology if entry else None
+    fix = "choose a fabric that has those names"
+    if own and own != exp.topology:
+        fix = f"run it on its own fabric ({own}, the default) or on one that has those names"
+    hosts = {h.name for h in topo.hosts}
+    for arm in exp.arms:
+        for f in arm.faults:
+            if f.a != "auto" and not topo.links_between(f.a, f.b):
+                raise DoesNotFit(f"{exp.name}'s arm {arm.name} acts on the link {f.a}-{f.b}, which {exp.topology} "
+                                 f"does not have; {fix}")
+        workload = arm.workload or exp.workload
+        if workload.pattern == "pairs":
+            missing = sorted({h for pair in workload.pairs for h in pair} - hosts, key=_natural)
+            if missing:
+                raise DoesNotFit(f"{exp.name}'s flows run between hosts that {exp.topology} does not have "
+                                 f"({', '.join(missing)}); {fix}")
+        plan_flows(workload, topo, exp.seed)  # flows the fabric cannot carry fail here too
+
+
+def _natural(name: str) -> tuple[str, int]:
+    """h2 before h10."""
+    stem = name.rstrip("0123456789")
+    return stem, int(name[len(stem):] or 0)
 
 
 def execute(exp: Experiment, topo: Topology, out_root: Path = DEFAULT_OUT, reporter: Reporter | None = None,
             out_dir: Path | None = None) -> Rendered:
+    check_fits(exp, topo)  # before a results directory exists
     if out_dir is None:
         out_dir = records.new_run_dir(out_root, exp.name)
     else:

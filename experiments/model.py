@@ -16,6 +16,10 @@ from transport.core.config import CC_ALGORITHMS
 FAULT_KINDS = ("link_down", "link_up", "loss", "rate")
 
 
+class DoesNotFit(ValueError):
+    """The experiment names hosts or links that the fabric it is to run on lacks."""
+
+
 @dataclass(frozen=True)
 class Fault:
     """Something done to the fabric `at_s` seconds after the traffic starts.

@@ -39,6 +39,7 @@ CASES = [
     (["train-node", "--name", "rank0", "--nodes", "rank1=127.0.0.1:7000,rank0=127.0.0.1:7002,near0=127.0.0.1:7001",
       "--steps", "0"], "--steps"),
     (["run", "ecmp-vs-spray", "--repetitions", "0"], "--repetitions"),
+    (["run", "training", "--topo", "leaf-spine:spines=2,leaves=4,hosts=2"], "h7-leaf3"),
     (["run", "allreduce", "--seed", "-1"], "--seed"),
     (["live", "--seed", "-2"], "--seed"),
     (["allreduce", "--rank", "0", "--peers", "127.0.0.1:7000", "--size", "1", "--seed", "-1"], "--seed"),

@@ -4,6 +4,7 @@ analysis and the summary all find."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import textwrap
@@ -11,7 +12,9 @@ import textwrap
 import pytest
 
 from experiments import catalogue, driver, report
+from experiments.model import DoesNotFit
 from experiments.runner import Flow, RunOutcome
+from topologies import parse_spec
 
 TOY = '''
 """A toy experiment: two arms on the smallest leaf-spine."""
@@ -68,3 +71,38 @@ def test_a_new_experiment_is_one_module_and_one_registry_line(tmp_path, monkeypa
     assert doc["analysis"] == {"arm_names": ["fast", "slow"], "hosts": 2}
     assert driver.sentences_for(doc) == ["The toy ran 2 arms on 2 hosts."]
     assert [row[:2] for row in report.table_rows(doc)] == [["fast", "ERROR: not run"], ["slow", "ERROR: not run"]]
+
+
+@pytest.mark.parametrize(("name", "spec", "named"), [
+    ("training", "leaf-spine:spines=2,leaves=4,hosts=2", "h7-leaf3"),  # far storage sits on leaf4 there
+    ("reordering", "in-server:servers=2,gpus=4", "leaf1-spine2"),
+    ("hot-link", "fat-tree:k=4", "leaf1-spine1"),
+    ("loss-recovery", "clos:pods=2,leaves=2,spines=2,superspines=2,hosts=1", "leaf1-spine1"),
+])
+def test_an_experiment_on_a_fabric_without_its_named_links_does_not_fit(name, spec, named):
+    exp, topo = driver.prepare(name, topo=spec)
+    with pytest.raises(DoesNotFit, match=named) as failed:
+        driver.check_fits(exp, topo)
+    assert "its own fabric" in str(failed.value)
+
+
+def test_a_run_that_does_not_fit_fails_before_its_results_directory(tmp_path):
+    exp, topo = driver.prepare("training", topo="leaf-spine:spines=2,leaves=4,hosts=2")
+    with pytest.raises(DoesNotFit):
+        driver.execute(exp, topo, out_root=tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_experiment_whose_flows_name_missing_hosts_fails_before_bring_up(tmp_path):
+    exp, _ = driver.prepare("reordering")
+    topo = parse_spec("in-server:servers=2,gpus=4")
+    with pytest.raises(DoesNotFit, match=r"\(h1, h2\)"):
+        driver.check_fits(dataclasses.replace(exp, arms=[dataclasses.replace(a, faults=()) for a in exp.arms]), topo)
+
+
+def test_the_default_fabrics_and_auto_faults_fit():
+    for name in catalogue.CATALOGUE:
+        exp, topo = driver.prepare(name)
+        driver.check_fits(exp, topo)
+    exp, topo = driver.prepare("failover", topo="fat-tree:k=4")  # its cut picks the busiest link
+    driver.check_fits(exp, topo)
