@@ -29,7 +29,7 @@ from emulator.control import ControllerClient, ControllerProcess
 from emulator.errors import EmulatorError
 from emulator.ovs_daemons import RECONNECT_MS, linger_us
 from emulator.shaping import Impairment, InterfaceShaper, initial_shape_commands, rate_change_commands, tc_batch
-from emulator.state import BRIDGE_MARK, RunState, active_runs, interface_exists
+from emulator.state import BRIDGE_MARK, RUN_ENV, RunState, active_runs, interface_exists
 from emulator.system import Capabilities, capabilities, require_ready, slowdown
 from topologies.model import KERNEL_MTU, Link, Topology
 from transport.core.contract import ROUTING_MODES
@@ -95,6 +95,7 @@ class Fabric:
         self.net: Any = None
         self.controller: ControllerProcess | None = None
         self.state: RunState | None = None
+        self._outer_run_env: str | None = None
         self.workdir: Path | None = None
         self.shaper: InterfaceShaper | None = None
         self._ecn: set[str] = set()  # interfaces whose egress marks ECN (set_ecn)
@@ -155,6 +156,10 @@ class Fabric:
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         self.workdir = Path(tempfile.mkdtemp(prefix=f"fabriclab-{run_id}-"))
         self.state = RunState(run_id=run_id, topology=self.topology.name, workdir=str(self.workdir))
+        # Inherited by everything the fabric starts from here on: how `clean` finds what a killed run
+        # left running in its hosts (emulator.state.RUN_ENV).
+        self._outer_run_env = os.environ.get(RUN_ENV)
+        os.environ[RUN_ENV] = run_id
         # Per-switch daemons are found through their pidfiles in the work directory; their bridges
         # and ports live and die with the switches' namespaces.
         self.state.bridges = [] if self.isolated else [s.name for s in self.topology.switches]
@@ -601,6 +606,11 @@ class Fabric:
         finally:
             self.net = None
             self.controller = None
+            if self.state is not None:
+                if self._outer_run_env is None:
+                    os.environ.pop(RUN_ENV, None)
+                else:
+                    os.environ[RUN_ENV] = self._outer_run_env
             self.state = None
             self.timings.teardown_s = time.monotonic() - t0
             _swap_handler(signal.SIGINT, old_int)

@@ -22,6 +22,10 @@ STATE_DIR = Path(os.environ.get("FABRICLAB_STATE_DIR", "/run/fabriclab"))
 # OVS bridges we create carry this key in external_ids; nftables tables in the root namespace this prefix.
 BRIDGE_MARK = "fabriclab-run"
 NFT_PREFIX = "fabriclab_"
+# Every process a fabric starts (node shells, daemons, endpoints, the controller) inherits this variable,
+# set to the run's id while the fabric is up: a process started in an emulated host is not a child of the
+# host's shell and outlives it, and once the run's process is killed nothing else leads to it.
+RUN_ENV = "FABRICLAB_RUN_ID"
 
 
 @dataclass
@@ -100,6 +104,41 @@ def kill_pid(pid: int, must_contain: str, timeout: float = 3.0) -> bool:
     return True
 
 
+def tagged_pids(run_id: str) -> list[int]:
+    """Processes started with RUN_ENV=run_id in their environment (the run's own), other than this one.
+    The environment read is the one a process was started with: the runner's own, changed after its
+    start, never matches."""
+    entry = f"{RUN_ENV}={run_id}".encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            environ = (d / "environ").read_bytes()
+        except OSError:
+            continue
+        if entry in environ.split(b"\0"):
+            found.append(int(d.name))
+    return found
+
+
+def kill_tagged(run_id: str, spare: set[int] | frozenset[int] = frozenset()) -> list[str]:
+    """SIGKILL every process the run started that is still there, but those in `spare`; returns what was
+    killed."""
+    killed = []
+    for pid in tagged_pids(run_id):
+        if pid in spare:
+            continue
+        what = _cmdline(pid)[:60].strip()
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            continue
+        _reap(pid)
+        killed.append(f"process {pid} ({what})" if what else f"process {pid}")
+    return killed
+
+
 def _reap(pid: int) -> None:
     try:
         os.waitpid(pid, os.WNOHANG)
@@ -163,6 +202,9 @@ def remove_run(state: RunState) -> list[str]:
         pids = sorted(set(state.daemon_pids) | set(all_daemon_pids(state.workdir)))
         for pid in stop_daemons(pids, must_contain=state.workdir):
             removed.append(f"Open vSwitch daemon {pid}")
+    # Whatever else the run started and is still running (endpoints, iperf3, the user's own commands in
+    # a host): it keeps a host's namespace, and its sockets, open.
+    removed += kill_tagged(state.run_id, spare=set(state.host_pids))
     for pid in state.host_pids:
         if kill_pid(pid, "mininet:", timeout=1.0):
             removed.append(f"host shell {pid}")

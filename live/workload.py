@@ -116,7 +116,9 @@ class Workload:
         self.senders: list[Proc] = []
         self.restarts = 0
         self._lock = threading.Lock()
-        self.logdir = Path(tempfile.mkdtemp(prefix="fabriclab-live-"))
+        # In the fabric's work directory where it has one: a killed run's logs go with its other leftovers.
+        workdir = getattr(fab, "workdir", None)
+        self.logdir = Path(tempfile.mkdtemp(prefix="live-" if workdir else "fabriclab-live-", dir=workdir))
 
     def _popen(self, host: str, role: str, cmd: list[str]) -> Proc:
         log_file = self.logdir / f"{role}-{host}-{self.restarts}.log"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -15,13 +17,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from live.backend import FabricBackend
 from live.server import make_app
 from live.session import LiveSession
-from tests.emulator_helpers import assert_no_leftovers
+from tests.emulator_helpers import assert_no_leftovers, new_leftovers
 from tests.live.conftest import SPEC, run
 from topologies import parse_spec
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(300)]
 
 JSON = {"Content-Type": "application/json"}
+FABRICLAB = [sys.executable, "-m", "cli"]
 
 
 @contextlib.asynccontextmanager
@@ -138,3 +141,26 @@ def test_allreduce_workload_runs_and_switches_policy():
             await until(session, lambda s: s.workload["alive"] == n, 10)
 
     run(body)
+
+
+def test_a_killed_live_view_leaves_nothing_after_clean():
+    # SIGKILL gives the view no teardown: its endpoints, started in the hosts' namespaces and not children
+    # of the hosts' shells, outlive it, and `clean` must find them through the run's record.
+    proc = subprocess.Popen([*FABRICLAB, "live", "--topo", SPEC, "--port", "0", "--duration", "120"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 90
+        for line in proc.stdout:
+            if "live view on" in line or time.monotonic() > deadline:
+                break
+        while not new_leftovers()["endpoints"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert new_leftovers()["endpoints"], "the view's workload never started"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert new_leftovers()["endpoints"], "a killed view leaves its endpoints for clean to find"
+    out = subprocess.run([*FABRICLAB, "clean"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert_no_leftovers()
