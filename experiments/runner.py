@@ -17,7 +17,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from experiments.arms import ArmContext, Flow
 from experiments.model import Arm, Experiment, Fault, Workload
 from experiments.records import RunOutcome
 from experiments.schema import RawArm
-from topologies import Topology
+from topologies import Link, Topology
 from transport.core.headers import DATA_WIRE_OVERHEAD, datagram_size_for_mtu
 from transport.core.wire import DATA_HEADER_LEN
 
@@ -247,14 +247,23 @@ def run_arm(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], durati
     return raw
 
 
+def watched_link(topo: Topology, where: Sequence[str]) -> tuple[str, Link]:
+    """The switch and link of `extra["watch_queue"]` = [switch, host] on `topo`. An experiment names its
+    own fabric's switch (incast's leaf1); on another fabric the queue watched is the one into the same
+    host, from whatever switch it hangs off."""
+    switch, host = where
+    if not topo.links_between(switch, host):
+        switch = topo.host_switch(host)[0]
+    return switch, topo.links_between(switch, host)[0]
+
+
 def _queue_watcher(fab: Any, topo: Topology, where: Any) -> Any:
     """A running QueueWatcher on the egress of switch -> host, for `extra["watch_queue"]` = [switch, host]."""
     if not where:
         return None
     from emulator.sampling import QueueWatcher
 
-    switch, host = where
-    link = next(lk for lk in topo.links if {lk.a, lk.b} == {switch, host})
+    switch, link = watched_link(topo, where)
     pid = None if fab._in_root_namespace(switch) else fab.net[switch].pid
     watcher = QueueWatcher(pid, link.intf(switch))
     watcher.start()

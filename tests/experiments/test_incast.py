@@ -70,3 +70,15 @@ def test_backlog_is_read_from_the_root_qdisc():
             "qdisc pfifo 10: parent 1:10 limit 100p\n Sent 1230 bytes 12 pkt (dropped 0, overlimits 0 requeues 0)\n"
             " backlog 4542b 3p requeues 0\n")
     assert parse_root_backlog(text) == (4542, 3)
+
+
+@pytest.mark.parametrize(("spec", "switch"), [(None, "leaf1"), ("fat-tree:k=4", "p1e1"),
+                                               ("clos:pods=2,leaves=2,spines=2,superspines=2,hosts=2", "p1l1")])
+def test_the_receiver_queue_is_watched_on_whatever_switch_it_hangs_off(spec, switch):
+    # The experiment names its own fabric's leaf1: on a fat-tree, looking for leaf1-h1 failed every arm.
+    from experiments.runner import watched_link
+
+    exp = incast.build()
+    topo = parse_spec(spec or exp.topology)
+    found, link = watched_link(topo, exp.extra["watch_queue"])
+    assert found == switch and {link.a, link.b} == {switch, "h1"}
