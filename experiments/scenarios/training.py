@@ -138,10 +138,13 @@ def sentences(doc: ResultsDocument) -> list[str]:
     if have(SPRAY, CUT):
         c = t[CUT]
         lost_rate = _ratio(c["goodput_steps_per_s"], t[SPRAY]["goodput_steps_per_s"])
-        out.append(f"The cut link timed a collective out: {_n(c['rollbacks'], 'rollback')} cost "
-                   f"{_n(c['steps_lost'], 'step')} "
-                   f"and {secs(c.get('restore_s'))} to restore"
-                   + (f"; the job's goodput fell to {lost_rate:.2f}x." if lost_rate is not None else "."))
+        fell = f"; the job's goodput fell to {lost_rate:.2f}x." if lost_rate is not None else "."
+        if c["rollbacks"]:
+            out.append(f"The cut link timed a collective out: {_n(c['rollbacks'], 'rollback')} cost "
+                       f"{_n(c['steps_lost'], 'step')} and {secs(c.get('restore_s'))} to restore" + fell)
+        else:  # a cut shorter than the collective's timeout (e.g. a shorter --duration) only stalls steps
+            out.append(f"The cut link stalled steps (p99 {secs(c['step_time_p99_s'])}) but timed no collective "
+                       "out, so nothing rolled back" + fell)
     if not arms:
         out.append("No arm finished.")
     return out

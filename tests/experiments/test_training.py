@@ -183,3 +183,14 @@ def test_duration_scales_the_jobs_steps_and_keeps_a_checkpoint() -> None:
     smoke = overrides.with_overrides(exp, duration=0.1)
     assert smoke.extra["training"]["job"]["steps"] == job["checkpoint_every"]
     assert exp.extra["training"]["job"]["steps"] == job["steps"]  # the original is left alone
+
+
+def test_a_cut_that_times_nothing_out_is_not_said_to() -> None:
+    # A shorter --duration moves the cut's end closer: steps stall, no collective times out.
+    doc = training.simulate()
+    t = doc["analysis"]["training"]
+    t[training.CUT].update(rollbacks=0, steps_lost=0, restore_s=None)
+    doc["arms"] = [{"name": n} for n in t]
+    text = " ".join(training.sentences(doc))
+    assert "timed a collective out" not in text
+    assert "timed no collective out, so nothing rolled back" in text
