@@ -146,7 +146,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         ("nft egress loss", c.nft_egress, False, "yes" if c.nft_egress else "no netdev egress hook"),
         ("loss method", c.loss_method is not None, False, c.loss_method or "none: random loss unavailable"),
         ("controller", c.controller_framework is not None, True, c.controller_framework or "pip install os-ken"),
-        ("iperf3", c.iperf3 is not None, False, c.iperf3 or "apt-get install iperf3 (TCP baseline)"),
+        ("iperf3", c.iperf3 is not None, False, c.iperf3 or "apt-get install iperf3 (TCP by hand in the hosts)"),
         ("ethtool", c.ethtool, c.datapath == "user", "yes" if c.ethtool else "apt-get install ethtool"),
     ]
     failed = [name for name, ok, required, _ in checks if required and not ok]

@@ -24,10 +24,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     recv.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     recv.add_argument("--port", type=port_or_any, required=True, help="TCP port (0: any)")
     recv.add_argument("--timeout", type=positive_float, default=60.0, help="give up after S s (default 60)")
+    recv.add_argument("--timed", action="store_true",
+                      help="the sender runs for --seconds and then resets the connection: take that as the end")
     recv.set_defaults(func=_run(tcpflow.receive))
-    send = sub.add_parser("send", help="send N bytes; done when the receiver has closed")
+    send = sub.add_parser("send", help="send N bytes (done when the receiver has closed) or for S seconds")
     send.add_argument("--to", type=destination_arg(None), required=True, metavar="HOST:PORT")
-    send.add_argument("--bytes", type=positive_size, required=True, metavar="N", help="e.g. 300000, 64K, 2M")
+    size = send.add_mutually_exclusive_group(required=True)
+    size.add_argument("--bytes", type=positive_size, metavar="N", help="e.g. 300000, 64K, 2M")
+    size.add_argument("--seconds", type=positive_float, metavar="S",
+                      help="send for S seconds, count what the receiver acknowledged by then, and reset the "
+                      "connection (the receiver needs --timed)")
     send.add_argument("--cport", type=port_or_any, default=0, help="local port, for a fixed ECMP hash (0: any)")
     send.add_argument("--bind", default=None, help="local address (default: any)")
     send.add_argument("--hold", action="store_true", help="connect, announce readiness, send on SIGUSR1")

@@ -1,9 +1,8 @@
-"""Arms of kind "tcp", the everyday baseline: sized flows with transport.io.tcpflow (complete when the
-receiver has every byte), timed flows with iperf3."""
+"""Arms of kind "tcp", the everyday baseline: Linux's TCP through transport.io.tcpflow, sized flows complete
+when the receiver has every byte, timed flows count what was acknowledged within the arm's duration."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -13,32 +12,21 @@ from experiments.arms import base
 from experiments.endpoints import command_line
 from transport.io.addressing import DEFAULT_BASE_PORT
 
-IPERF_PORT = 5201  # iperf3's own default; flow i listens on IPERF_PORT + i
+TCP_PORT = 5201  # iperf3's default, which these flows used to run on; flow i listens on TCP_PORT + i
 
 
 class Tcp(base.ArmKind):
     name = "tcp"
-    description = "iperf3 TCP over {mode}"
+    description = "TCP over {mode}"
     point_to_point = True
 
     def start(self, ctx: base.ArmContext) -> base.Procs:
-        """Sized flows use transport.io.tcpflow, whose completion is when the receiver has every byte
-        (iperf3 -n ends a test once the sender has *written* its bytes, so a flow that fits the socket
-        buffers "completes" before most of it has crossed a slow link); timed flows use iperf3 -t."""
-        if ctx.bytes_per_flow or any(f.size for f in ctx.flows):
-            return _start_tcpflow(ctx)
-        receivers = []
-        for i, f in enumerate(ctx.flows):
-            receivers.append(base.popen(ctx, f.dst, ["iperf3", "-s", "-1", "-p", str(IPERF_PORT + i), "-J"],
-                                        ctx.raw_dir / f"iperf-server-{i}-{f.dst}.json"))
-        time.sleep(0.5)  # iperf3 (C) starts in milliseconds; its servers only need to be listening
-        senders = []
-        ctx.t0 = time.monotonic()
-        for i, f in enumerate(ctx.flows):
-            cmd = ["iperf3", "-c", ctx.fab.ip(f.dst), "-p", str(IPERF_PORT + i), "--cport",
-                   str(_client_port(ctx, i)), "-J", "-i", "0.1", "-t", f"{ctx.duration:g}"]
-            senders.append(base.popen(ctx, f.src, cmd, ctx.raw_dir / f"iperf-client-{i}-{f.src}-{f.dst}.json"))
-        return receivers, senders
+        """transport.io.tcpflow: a sized flow completes when the receiver has every byte (iperf3 -n ends a
+        test once the sender has *written* its bytes, so a flow that fits the socket buffers "completes"
+        before most of it has crossed a slow link); a timed one counts what the receiver acknowledged
+        within the arm's duration (iperf3 -t, which this replaced, spun in select() while it waited for
+        its server: see transport/io/tcpflow.py)."""
+        return _start_tcpflow(ctx)
 
     def parse(self, raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:
         if any(name.startswith("tcp-send-") for name in raw.get("endpoints", {})):
@@ -59,19 +47,22 @@ def _start_tcpflow(ctx: base.ArmContext) -> base.Procs:
     released together (or at their matrix start times), as the transport's senders are."""
     tcpflow = command_line("tcpflow")
     timeout = f"{3 * ctx.duration + 20:g}"
+    sized = bool(ctx.bytes_per_flow or any(f.size for f in ctx.flows))
     receivers, ready = [], []
     for i, f in enumerate(ctx.flows):
         ready.append(base.ready_file(ctx, f"tcp-recv-{i}"))
         receivers.append(base.popen(ctx, f.dst, [
-            *tcpflow, "recv", "--bind", ctx.fab.ip(f.dst), "--port", str(IPERF_PORT + i), "--timeout", timeout,
+            *tcpflow, "recv", "--bind", ctx.fab.ip(f.dst), "--port", str(TCP_PORT + i), "--timeout", timeout,
+            *([] if sized else ["--timed"]),
             "--ready-file", str(ready[-1]), "--json-out", str(ctx.raw_dir / f"tcp-recv-{i}-{f.dst}.json")]))
     base.wait_ready(ready, receivers)
     senders, ready = [], []
     for i, f in enumerate(ctx.flows):
         ready.append(base.ready_file(ctx, f"tcp-send-{i}"))
+        size = ["--bytes", str(f.size or ctx.bytes_per_flow)] if sized else ["--seconds", f"{ctx.duration:g}"]
         senders.append(base.popen(ctx, f.src, [
-            *tcpflow, "send", "--to", f"{ctx.fab.ip(f.dst)}:{IPERF_PORT + i}", "--bytes",
-            str(f.size or ctx.bytes_per_flow), "--cport", str(_client_port(ctx, i)), "--hold",
+            *tcpflow, "send", "--to", f"{ctx.fab.ip(f.dst)}:{TCP_PORT + i}", *size,
+            "--cport", str(_client_port(ctx, i)), "--hold",
             "--timeout", timeout, "--ready-file", str(ready[-1]),
             "--json-out", str(ctx.raw_dir / f"tcp-send-{i}-{f.src}-{f.dst}.json")]))
     base.release_when_ready(ctx, ready, senders)
@@ -79,8 +70,9 @@ def _start_tcpflow(ctx: base.ArmContext) -> base.Procs:
 
 
 def _tcpflow_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str, Any]]:
-    """Sized TCP flows (transport.io.tcpflow): the sender's completion is when the receiver had every byte;
-    the bytes counted are the receiver's."""
+    """TCP flows of transport.io.tcpflow. Sized: the sender's completion is when the receiver had every
+    byte, and the bytes counted are the receiver's. Timed: the bytes the receiver acknowledged within
+    the sender's time (what it read after that died with the reset)."""
     recv = {name.split("-")[2]: m for name, m in base.endpoint_files(raw, "tcp-recv-")}
     flows = []
     for name, m in base.endpoint_files(raw, "tcp-send-"):
@@ -90,7 +82,7 @@ def _tcpflow_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str
         completed = bool(m.get("completed"))
         flows.append({
             "src": src, "dst": dst, "index": int(idx),
-            "bytes": r.get("bytes", m.get("bytes", 0) if completed else 0),
+            "bytes": m.get("bytes") or 0 if m.get("seconds") else r.get("bytes", m.get("bytes", 0) if completed else 0),
             "goodput_bps": m.get("goodput_bps", 0.0) if completed else 0.0,
             "duration_s": m.get("duration_s") if completed else None,
             "completed": completed,
@@ -103,7 +95,8 @@ def _tcpflow_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str
 
 
 def _iperf_flows(raw: dict[str, Any], n_bins: int) -> list[dict[str, Any]]:
-    """Timed TCP flows: the iperf3 client's JSON, its 0.1 s intervals as the goodput series."""
+    """Timed TCP flows of runs made before tcpflow timed them (`fabriclab report` of a stored run): the
+    iperf3 client's JSON, its 0.1 s intervals as the goodput series."""
     flows = []
     for name, m in base.endpoint_files(raw, "iperf-client-"):
         _, _, idx, src, dst = name.split("-", 4)

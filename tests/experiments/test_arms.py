@@ -37,7 +37,7 @@ def test_what_each_kind_promises_the_results():
 @pytest.mark.parametrize(("arm", "text"), [
     (Arm("a", mode="spray", policy="adaptive", recovery="gobackn", delivery="ordered"),
      "transport adaptive/gobackn/ordered over spray"),
-    (Arm("b", kind="tcp", mode="ecmp"), "iperf3 TCP over ecmp"),
+    (Arm("b", kind="tcp", mode="ecmp"), "TCP over ecmp"),
     (Arm("c", kind="allreduce", mode="via-tor", policy="single"), "ring all-reduce, single over via-tor"),
     (Arm("d", kind="ping", mode="local", faults=(Fault(1.0, "link_down", "leaf1", "spine1"),)),
      "ping over local; leaf1-spine1 cut at 1 s"),

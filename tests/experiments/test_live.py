@@ -49,6 +49,10 @@ def test_loss_recovery_selective_at_least_gobackn(tmp_path):
     assert by["selective@1%"]["goodput_bps"] >= by["gobackn@1%"]["goodput_bps"]
     assert by["selective@1%"]["retransmissions"] > 0
     assert by["selective@1%"]["loss_method"] in ("netem", "nftables")
+    # TCP, timed by tcpflow: what was acknowledged within the arm's time, the kernel's retransmissions.
+    tcp = by["tcp@1%"]
+    assert tcp["goodput_bps"] > 0 and tcp["retransmissions"] > 0
+    assert all(f["completed"] and f["stop_reason"] == "duration" for f in tcp["flows"])
 
 
 def test_reordering(tmp_path):

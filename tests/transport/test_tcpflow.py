@@ -1,4 +1,5 @@
-"""`python -m cli.endpoint tcpflow`: sized TCP flows over loopback, timed until the receiver holds every byte."""
+"""`python -m cli.endpoint tcpflow`: sized TCP flows over loopback, timed until the receiver holds every byte,
+and timed ones that count what was acknowledged in their time and reset."""
 
 from __future__ import annotations
 
@@ -73,6 +74,37 @@ def test_sized_flow_completes_when_the_receiver_has_every_byte(tmp_path: Path) -
     assert s["cpu_run_s"] >= 0 and s["cpu_total_s"] >= s["cpu_run_s"]
 
 
+def test_timed_flow_counts_what_was_acknowledged_in_its_time_and_resets(tmp_path: Path) -> None:
+    port = free_port()
+    recv = start("recv", "--port", str(port), "--timed", "--timeout", "8", "--json-out", str(tmp_path / "recv.json"),
+                 "--ready-file", str(tmp_path / "recv.ready"))
+    wait_for(tmp_path / "recv.ready", recv)
+    t0 = time.monotonic()
+    send = subprocess.run([*CMD, "send", "--to", f"127.0.0.1:{port}", "--seconds", "0.5",
+                           "--json-out", str(tmp_path / "send.json")], capture_output=True, text=True, timeout=10)
+    took = time.monotonic() - t0
+    assert send.returncode == 0, send.stderr
+    assert recv.wait(timeout=5) == 0, recv.communicate()
+    s = json.loads((tmp_path / "send.json").read_text())
+    r = json.loads((tmp_path / "recv.json").read_text())
+    assert s["completed"] and s["stop_reason"] == "duration" and s["seconds"] == 0.5
+    assert 0.5 <= s["duration_s"] < 0.5 + 2 * BIN_S and took < 5
+    # What the receiver acknowledged by then: no more than it read, the rest died with the reset.
+    assert 0 < s["bytes"] <= r["bytes"] and s["goodput_bps"] == pytest.approx(8 * s["bytes"] / s["duration_s"])
+    assert r["completed"]
+    assert sum(s["series_bps"]) * BIN_S / 8 == pytest.approx(s["bytes"])
+
+
+def test_a_reset_is_an_error_for_a_receiver_not_told_the_flow_is_timed(tmp_path: Path) -> None:
+    port = free_port()
+    recv = receiver(tmp_path, port)
+    send = subprocess.run([*CMD, "send", "--to", f"127.0.0.1:{port}", "--seconds", "0.3"],
+                          capture_output=True, text=True, timeout=10)
+    assert send.returncode == 0, send.stderr
+    assert recv.wait(timeout=5) == 1
+    assert not json.loads((tmp_path / "recv.json").read_text())["completed"]
+
+
 def test_held_sender_starts_on_sigusr1(tmp_path: Path) -> None:
     port = free_port()
     recv = receiver(tmp_path, port)
@@ -113,6 +145,9 @@ def test_held_sender_exits_on_sigterm_without_sending(tmp_path: Path) -> None:
     (["send", "--to", "127.0.0.1:5000", "--bytes", "lots"], "--bytes"),
     (["send", "--to", "127.0.0.1:5000", "--bytes", "1", "--timeout", "0"], "--timeout"),
     (["send", "--bytes", "1"], "--to"),
+    (["send", "--to", "127.0.0.1:5000"], "--bytes"),
+    (["send", "--to", "127.0.0.1:5000", "--bytes", "1", "--seconds", "2"], "--seconds"),
+    (["send", "--to", "127.0.0.1:5000", "--seconds", "0"], "--seconds"),
     (["recv"], "--port"),
     (["recv", "--port", "x"], "--port"),
 ])

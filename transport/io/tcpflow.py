@@ -6,8 +6,15 @@ its side and waits for the receiver to close the connection, which the receiver 
 read up to EOF: the sender sees completion when that FIN arrives, half a round trip after the last byte
 reached the receiver (as a message-based sender sees its last ACK).
 
-    python -m cli.endpoint tcpflow recv --port P [--bind ADDR] [--json-out F] [--ready-file F]
-    python -m cli.endpoint tcpflow send --to HOST:PORT --bytes N [--cport P] [--hold] [--json-out F] ...
+    python -m cli.endpoint tcpflow recv --port P [--bind ADDR] [--timed] [--json-out F] [--ready-file F]
+    python -m cli.endpoint tcpflow send --to HOST:PORT (--bytes N | --seconds S) [--cport P] [--hold] ...
+
+A timed flow (--seconds, the TCP baseline beside the transport's timed arms) writes for S seconds, counts
+the bytes the receiver acknowledged by then (TCP_INFO's bytes_acked), and resets the connection instead of
+draining what its socket and the fabric's queues still hold (seconds' worth on a slow link); its
+receiver, told --timed, takes that reset as the end. iperf3 did this job before and spun in select()
+while it waited for its server at each end of a test (esnet/iperf #1213, #2018): on a 16-host fat-tree
+at 2 Mb/s its clients took 1-1.8 of two cores for a second or two.
 
 Both write JSON metrics (--json-out) and a one-line summary on stdout. The receiver accepts one
 connection. The sender binds --cport so that the fabric's ECMP hash of the flow is reproducible; with
@@ -130,6 +137,10 @@ def receive(args: argparse.Namespace) -> int:
                         if time.monotonic() > deadline:
                             raise FlowError(f"no EOF within {args.timeout:g} s") from None
                         continue
+                    except ConnectionResetError:
+                        if not args.timed:
+                            raise
+                        break  # a timed sender's end
                     if not n:
                         break
                     now = time.monotonic()
@@ -186,21 +197,26 @@ def _connect(host: str, port: int, bind: str | None, cport: int, timeout: float)
             raise FlowError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from exc
 
 
-def _flow(sock: socket.socket, n: int, timeout: float, m: dict[str, Any]) -> None:
-    """Send n bytes, half-close, wait for the receiver's close; fills m as it goes."""
+def _flow(sock: socket.socket, n: int | None, timeout: float, m: dict[str, Any],
+          seconds: float | None = None) -> None:
+    """Send n bytes, half-close, wait for the receiver's close; or, given `seconds` instead of n, send
+    for that long, count what the receiver acknowledged and reset. Fills m as it goes."""
     bins: list[float] = []
     start = time.monotonic()
-    cpu0, deadline, left = time.process_time(), start + timeout, n
-    # bytes_acked counts the SYN and the FIN too: measure from here and cap at n.
+    cpu0, deadline = time.process_time(), start + timeout
+    left = n or 0
+    # bytes_acked counts the SYN and the FIN too: measure from here and cap a sized flow at n.
     prev_t, prev_acked = 0.0, tcp_info(sock)["bytes_acked"] or 0
     base = prev_acked
+    cap = None if n is None else base + n
     m["t_start"] = start
 
     def sample(now: float) -> None:
         nonlocal prev_t, prev_acked
         acked = tcp_info(sock)["bytes_acked"]
         if acked is not None:
-            acked = min(acked, base + n)
+            if cap is not None:
+                acked = min(acked, cap)
             add_to_bins(bins, prev_t, now - start, acked - prev_acked)
             prev_t, prev_acked = now - start, acked
 
@@ -209,9 +225,23 @@ def _flow(sock: socket.socket, n: int, timeout: float, m: dict[str, Any]) -> Non
         # but wakes every WAIT_S to sample TCP_INFO and to notice the deadline if the peer stalls.
         sock.settimeout(WAIT_S)
         next_sample = start + BIN_S
+        stop_at = None if seconds is None else start + seconds
         while True:
+            now = time.monotonic()
+            if stop_at is not None:
+                if now >= stop_at:
+                    sample(now)
+                    acked = prev_acked - base
+                    m.update(completed=True, stop_reason="duration", duration_s=now - start, bytes=acked,
+                             goodput_bps=8 * acked / (now - start))
+                    # Reset rather than drain what the socket and the fabric's queues still hold.
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    return
+                sock.settimeout(min(WAIT_S, stop_at - now))
             try:
-                if left:
+                if stop_at is not None:
+                    sock.send(_SENT)
+                elif left:
                     left -= sock.send(_SENT[:min(CHUNK, left)])
                     if not left:
                         sock.shutdown(socket.SHUT_WR)
@@ -224,11 +254,11 @@ def _flow(sock: socket.socket, n: int, timeout: float, m: dict[str, Any]) -> Non
                 sample(now)
                 next_sample = now + BIN_S
             if now > deadline:
-                raise FlowError(f"not complete within {timeout:g} s ({n - left} of {n} bytes written)")
+                raise FlowError(f"not complete within {timeout:g} s ({(n or 0) - left} of {n} bytes written)")
         done = time.monotonic()
         sample(done)
         m.update(completed=True, stop_reason="completed", duration_s=done - start,
-                 goodput_bps=8 * n / (done - start))
+                 goodput_bps=8 * (n or 0) / (done - start))
     except OSError as exc:  # reset, broken pipe, unreachable
         raise FlowError(f"connection lost: {exc.strerror or exc}") from exc
     finally:
@@ -239,12 +269,13 @@ def _flow(sock: socket.socket, n: int, timeout: float, m: dict[str, Any]) -> Non
 
 
 def send(args: argparse.Namespace) -> int:
-    """`tcpflow send`: send --bytes, done when the receiver has closed; write the metrics. Exit status."""
+    """`tcpflow send`: send --bytes, done when the receiver has closed, or for --seconds; write the
+    metrics. Exit status."""
     host, port = args.to
     m: dict[str, Any] = {"role": "sender", "destination": f"{host}:{port}", "bytes": args.bytes,
-                         "completed": False, "bin_s": BIN_S, "series_bps": [], **dict.fromkeys((
-                             "stop_reason", "duration_s", "goodput_bps", "retransmissions", "min_rtt_s", "mss",
-                             "pmtu", "cpu_run_s"))}
+                         "seconds": args.seconds, "completed": False, "bin_s": BIN_S, "series_bps": [],
+                         **dict.fromkeys(("stop_reason", "duration_s", "goodput_bps", "retransmissions",
+                                          "min_rtt_s", "mss", "pmtu", "cpu_run_s"))}
     waited = {signal.SIGUSR1, signal.SIGTERM, signal.SIGINT}
     # Blocked before the ready file appears, so a start signal sent the moment it does is not lost
     # (SIGUSR1's default action would end the process).
@@ -258,7 +289,7 @@ def send(args: argparse.Namespace) -> int:
                 if got != signal.SIGUSR1:
                     print("tcpflow send: stopped before the start signal; nothing sent", file=sys.stderr)
                     return 0
-            _flow(sock, args.bytes, args.timeout, m)
+            _flow(sock, args.bytes, args.timeout, m, seconds=args.seconds)
     except FlowError as exc:
         m["stop_reason"] = str(exc)
     finally:
@@ -269,6 +300,6 @@ def send(args: argparse.Namespace) -> int:
     if not m["completed"]:
         print(f"tcpflow send: {m['stop_reason']}", file=sys.stderr)
         return 1
-    print(f"sent {args.bytes} bytes to {host}:{port} in {m['duration_s']:.3f} s: "
+    print(f"sent {m['bytes']} bytes to {host}:{port} in {m['duration_s']:.3f} s: "
           f"{m['goodput_bps'] / 1e6:.2f} Mb/s, {m['retransmissions']} retransmissions")
     return 0
