@@ -79,6 +79,10 @@ def text_table(doc: ResultsDocument) -> str:
 def fidelity_sentences(doc: ResultsDocument) -> list[str]:
     f = doc["fidelity"]
     idle_min, idle_mean = f.get("cpu_idle_min"), f.get("cpu_idle_mean")
+    if idle_min is None and not f.get("trusted") and not f.get("reasons"):
+        # Every arm failed before its traffic (or the run was stopped first): there is no verdict to give,
+        # and blaming the emulator would send the reader after the wrong cause.
+        return ["Fidelity: not measured, since no arm ran its traffic."]
     idle = ("CPU idle " + (f"min {idle_min:.0%}, mean {idle_mean:.0%}" if idle_min is not None else "not measured"))
     head = (f"Fidelity: {idle}; switches forwarded at most {f.get('switch_pps_peak', 0) / 1e3:.1f} kpps "
             f"(ceiling ~{f.get('ovs_ceiling_pps', 0) / 1e3:.0f} kpps); {f.get('drops_outside_queues', 0)} drops "

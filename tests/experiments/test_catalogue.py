@@ -106,3 +106,12 @@ def test_the_default_fabrics_and_auto_faults_fit():
         driver.check_fits(exp, topo)
     exp, topo = driver.prepare("failover", topo="fat-tree:k=4")  # its cut picks the busiest link
     driver.check_fits(exp, topo)
+
+
+def test_a_run_whose_arms_all_failed_gives_no_fidelity_verdict():
+    # Nothing ran, so nothing was measured: blaming the emulator would send the reader after the wrong cause.
+    exp, topo = driver.prepare("ecmp-vs-spray")
+    outcome = RunOutcome([(a, {"error": "terminated (SIGTERM)", "repetition": 0}) for a in exp.arms], False, 0.0,
+                         1.0, {a.name: [] for a in exp.arms}, {a.name: 0 for a in exp.arms})
+    doc = driver.build_document(exp, topo, outcome)
+    assert report.fidelity_sentences(doc) == ["Fidelity: not measured, since no arm ran its traffic."]
