@@ -16,6 +16,7 @@ from experiments.policy_arm import fault_sentences
 from experiments.runner import Reporter, RunOutcome, plan_flows, run_experiment
 from experiments.schema import SCHEMA_VERSION, ResultsDocument
 from topologies import Topology, parse_spec
+from topologies.model import natural_key
 
 log = logging.getLogger(__name__)
 
@@ -148,17 +149,11 @@ def check_fits(exp: Experiment, topo: Topology) -> None:
                                  f"does not have; {fix}")
         workload = arm.workload or exp.workload
         if workload.pattern == "pairs":
-            missing = sorted({h for pair in workload.pairs for h in pair} - hosts, key=_natural)
+            missing = sorted({h for pair in workload.pairs for h in pair} - hosts, key=natural_key)
             if missing:
                 raise DoesNotFit(f"{exp.name}'s flows run between hosts that {exp.topology} does not have "
                                  f"({', '.join(missing)}); {fix}")
         plan_flows(workload, topo, exp.seed)  # flows the fabric cannot carry fail here too
-
-
-def _natural(name: str) -> tuple[str, int]:
-    """h2 before h10."""
-    stem = name.rstrip("0123456789")
-    return stem, int(name[len(stem):] or 0)
 
 
 def execute(exp: Experiment, topo: Topology, out_root: Path = DEFAULT_OUT, reporter: Reporter | None = None,

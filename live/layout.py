@@ -9,12 +9,12 @@ mostly run straight up.
 
 from __future__ import annotations
 
-import re
 from collections import Counter, deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from topologies import Topology
+from topologies.model import natural_key
 
 
 @dataclass(frozen=True)
@@ -22,11 +22,6 @@ class Tier:
     level: int  # 0 = hosts
     name: str  # the most common role in the tier, e.g. "spine"
     nodes: tuple[str, ...]  # left to right
-
-
-def natural_key(name: str) -> tuple:
-    """'leaf10' after 'leaf9': digits compare as numbers."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def node_levels(topo: Topology) -> dict[str, int]:

@@ -25,8 +25,8 @@ from typing import Any
 
 from experiments.analysis.placement import derangement_across, host_rate_mbps
 from experiments.endpoints import command_line, sender_args
-from live.layout import natural_key
 from topologies import Topology
+from topologies.model import natural_key
 from transport.io.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,7 @@ Conventions every user of the model relies on:
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -47,6 +48,11 @@ KERNEL_MTU = 1500
 # 576 is the smallest datagram every IPv4 host must accept; 9216 is the usual jumbo-frame ceiling.
 MIN_MTU = 576
 MAX_MTU = 9216
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key for node names: 'leaf10' after 'leaf9', 'h2' before 'h10' (digits compare as numbers)."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 @dataclass(frozen=True)
