@@ -124,10 +124,19 @@ class ControllerProcess:
             )
 
     def log_tail(self, lines: int = 8) -> str:
+        """The end of the controller's log; when it holds a traceback, the first one's start too: the
+        framework's shutdown can raise again and end the log with an error that only follows the cause."""
         try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+            text = self.log_file.read_text(errors="replace").splitlines()
         except OSError:
             return ""
+        first = next((i for i, line in enumerate(text) if line.startswith("Traceback")), None)
+        if first is None or first >= len(text) - lines:
+            return "\n".join(text[-lines:])
+        start, end = max(0, first - 1), first + 2 * lines  # from the record that reported it
+        if end >= len(text) - lines:
+            return "\n".join(text[start:])
+        return "\n".join([*text[start:end], "  ...", *text[-lines:]])
 
     def wait_listening(self, timeout: float = 20.0) -> None:
         """Wait until the OpenFlow port (and unix socket, if asked for) and the API answer."""

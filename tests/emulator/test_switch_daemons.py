@@ -128,3 +128,21 @@ def test_initial_shaping_is_one_batch_without_deletes():
     assert [shlex.split(line) for line in lines[: len(cmds)]] == [c[1:] for c in cmds]
     with pytest.raises(ValueError):
         tc_batch([["ip", "link", "show"]])
+
+
+def test_a_dead_controller_is_reported_by_its_first_traceback_not_only_the_last_lines(tmp_path):
+    # os-ken's shutdown raises again after a service thread fails ('HubThread' object has no attribute
+    # 'kill'): the log's last lines then show that, and only the first traceback names the cause.
+    from emulator.control import ControllerProcess
+
+    proc = ControllerProcess(tmp_path / "topology.json", "ecmp", tmp_path)
+    lines = [f"INFO step {i}" for i in range(40)] + [
+        "ERROR controller failed", "Traceback (most recent call last):", '  File "hub.py", line 1, in joinall',
+        "OSError: [Errno 98] Address already in use", "", "During handling of the above exception, another "
+        "exception occurred:", "", "Traceback (most recent call last):",
+        *[f'  File "app_manager.py", line {i}' for i in range(20)],
+        "AttributeError: 'HubThread' object has no attribute 'kill'"]
+    proc.log_file.write_text("\n".join(lines) + "\n")
+    tail = proc.log_tail()
+    assert "Address already in use" in tail and tail.endswith("no attribute 'kill'")
+    assert "INFO step 5" not in tail
