@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -23,7 +24,36 @@ log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
 
 
-def free_port() -> int:
+# Listening ports are picked below the kernel's ephemeral range where it leaves room: a port the kernel
+# handed out for binding to port 0 is free only until an outgoing connection (the runner's own API polls)
+# takes it, and the controller binds it a moment later.
+LISTEN_PORTS_FROM = 20000
+PORT_TRIES = 64
+
+
+def ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def free_port(avoid: frozenset[int] | set[int] = frozenset()) -> int:
+    """A TCP port on 127.0.0.1 that nothing holds now (nor is in `avoid`), outside the ephemeral range
+    when it can be."""
+    low = ephemeral_low()
+    if low > LISTEN_PORTS_FROM:
+        rng = random.Random()
+        for _ in range(PORT_TRIES):
+            port = rng.randrange(LISTEN_PORTS_FROM, low)
+            if port in avoid:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((LOOPBACK, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOOPBACK, 0))
         return s.getsockname()[1]
@@ -88,7 +118,7 @@ class ControllerProcess:
         self.poll_interval = poll_interval
         self.log_file = workdir / "controller.log"
         self.of_port = free_port()
-        self.api_port = free_port()
+        self.api_port = free_port(avoid={self.of_port})
         self.proc: subprocess.Popen | None = None
         self.client = ControllerClient(self.api_port, timeout=10.0 * slowdown())
 

@@ -146,3 +146,15 @@ def test_a_dead_controller_is_reported_by_its_first_traceback_not_only_the_last_
     tail = proc.log_tail()
     assert "Address already in use" in tail and tail.endswith("no attribute 'kill'")
     assert "INFO step 5" not in tail
+
+
+def test_controller_ports_are_picked_below_the_ephemeral_range():
+    # A port from binding port 0 is in the ephemeral range: an outgoing connection can take it before
+    # the controller binds it. Below the range, only a listener can.
+    from emulator.control import LISTEN_PORTS_FROM, ephemeral_low, free_port
+
+    low = ephemeral_low()
+    ports = [free_port() for _ in range(20)]
+    if low > LISTEN_PORTS_FROM:
+        assert all(LISTEN_PORTS_FROM <= p < low for p in ports)
+    assert free_port(avoid=set(range(LISTEN_PORTS_FROM, max(low, LISTEN_PORTS_FROM + 1)))) > 0  # falls back
