@@ -80,9 +80,12 @@ def _tcpflow_flows(raw: dict[str, Any], t0: float, n_bins: int) -> list[dict[str
         r = recv.get(idx, {})
         series = base.rebin(m.get("t_start"), m.get("bin_s", base.SERIES_BIN), m.get("series_bps") or [], t0, n_bins)
         completed = bool(m.get("completed"))
+        # Timed: what was acknowledged within the time; sized: what the receiver read.
+        sized_bytes = r.get("bytes", m.get("bytes", 0) if completed else 0)
+        delivered = (m.get("bytes") or 0) if m.get("seconds") else sized_bytes
         flows.append({
             "src": src, "dst": dst, "index": int(idx),
-            "bytes": m.get("bytes") or 0 if m.get("seconds") else r.get("bytes", m.get("bytes", 0) if completed else 0),
+            "bytes": delivered,
             "goodput_bps": m.get("goodput_bps", 0.0) if completed else 0.0,
             "duration_s": m.get("duration_s") if completed else None,
             "completed": completed,
