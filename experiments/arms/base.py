@@ -184,7 +184,8 @@ def start_group(ctx: ArmContext, name: str, entries: list[tuple[str, list[str], 
     path.write_text(json.dumps(spec, indent=1))
     from experiments.endpoints import command_line
 
-    return popen(ctx, entries[0][0], command_line("srd", "group", str(path)))
+    # Its last line (endpoints, CPU seconds, wake-ups) is kept beside the spec.
+    return popen(ctx, entries[0][0], command_line("srd", "group", str(path)), out_file=d / f"{name}.out")
 
 
 def release_group(ctx: ArmContext, ready: list[Path], group: subprocess.Popen) -> None:

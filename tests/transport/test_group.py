@@ -16,7 +16,7 @@ import pytest
 
 from transport.core.config import TransportConfig
 from transport.io.endpoint import EndpointError, Receiver, Sender, Workload
-from transport.io.group import LoopGroup, netns
+from transport.io.group import DENSITY_WINDOW, LINGER_ENV, LINGER_MAX, LoopGroup, group_linger, netns
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = TransportConfig(link_rate_bps=200e6, base_rtt=0.001)
@@ -35,8 +35,8 @@ def _sender(port: int, total: int, seed: int, **kwargs) -> Sender:
     return s
 
 
-def _run(loops: list, starts: list[float] | None = None, on_end=None) -> LoopGroup:
-    group = LoopGroup(loops, starts)
+def _run(loops: list, starts: list[float] | None = None, on_end=None, linger: float = 0.0) -> LoopGroup:
+    group = LoopGroup(loops, starts, linger=linger)
     try:
         group.run(on_end)
     finally:
@@ -206,3 +206,63 @@ def test_a_receiver_that_defers_its_reads_in_a_group_still_gets_everything(monke
     assert s.completed and r.bytes == 300_000
     assert any(deferrals), "the receiver never asked to defer"
     assert r.sent.datagrams_sent < r.datagrams_received  # ACKs coalesced
+
+
+def _paced_pair(rate: float, messages: int, request_response: bool = False) -> tuple[Receiver, Sender]:
+    # Small messages at an open-loop rate: one datagram each, paced as a shaped link paces a flow.
+    config = TransportConfig(link_rate_bps=200e6, base_rtt=0.001)
+    r = Receiver(config, bind="127.0.0.1", port=0, echo=request_response, expect_bytes=messages * 200, duration=20)
+    r.open()
+    s = Sender(config, "127.0.0.1", r.address[1],
+               Workload(messages=messages, size=200, rate=rate, request_response=request_response),
+               bind="127.0.0.1", base_port=0, seed=1, duration=20)
+    s.open()
+    return r, s
+
+
+def test_a_lingering_group_takes_dense_traffic_in_fewer_wake_ups() -> None:
+    # 2000 datagrams/s each way: alone, the group wakes for nearly each; lingering, it wakes at most
+    # once per linger once the traffic is seen to be dense (after its first DENSITY_WINDOW).
+    linger = 0.005
+    runs = {}
+    for lg in (0.0, linger):
+        r, s = _paced_pair(2000, 2000)
+        t0 = time.monotonic()
+        group = _run([r, s], linger=lg)
+        assert s.completed and r.messages == 2000 and r.bytes == 2000 * 200
+        runs[lg] = (group.wakeups, time.monotonic() - t0)
+    (plain, plain_s), (lingered, lingered_s) = runs[0.0], runs[linger]
+    first_window = plain / plain_s * DENSITY_WINDOW  # wake-ups before density is known
+    assert lingered <= lingered_s / linger + first_window + 10, (lingered, lingered_s, plain, plain_s)
+    assert lingered / lingered_s < plain / plain_s / 2, runs
+
+
+def test_a_lingering_group_answers_sparse_requests_at_once() -> None:
+    # Ten requests a second never make the traffic dense (two datagrams or turns per linger): each is
+    # answered without waiting a linger.
+    r, s = _paced_pair(10, 10, request_response=True)
+    group = _run([r, s], linger=0.01)
+    assert s.completed and len(s.completion_times) == 10
+    times = sorted(s.completion_times)
+    assert times[len(times) // 2] < 0.005, times  # lingering would add 10-20 ms to each
+    assert group.wakeups < 200
+
+
+def test_the_linger_is_a_fraction_of_a_frame_time_and_can_be_set(monkeypatch) -> None:
+    monkeypatch.delenv(LINGER_ENV, raising=False)
+
+    def loops(rate_bps: float, mtu: int = 1472) -> list:
+        return [Receiver(TransportConfig(link_rate_bps=rate_bps, mtu=mtu), bind="127.0.0.1", port=0)]
+
+    # A 1514-byte frame at 2 Mb/s takes 6.056 ms; a quarter of it.
+    assert group_linger(loops(2e6)) == pytest.approx(0.001514)
+    assert group_linger(loops(2e6, mtu=8972)) == LINGER_MAX  # capped
+    assert group_linger(loops(200e6)) == 0.0  # 15 µs: not worth a wait
+    assert group_linger(loops(0.0)) == 0.0  # no link rate given: never
+    monkeypatch.setenv(LINGER_ENV, "500")
+    assert group_linger(loops(0.0)) == pytest.approx(0.0005)
+    monkeypatch.setenv(LINGER_ENV, "0")
+    assert group_linger(loops(2e6)) == 0.0
+    monkeypatch.setenv(LINGER_ENV, "soon")
+    with pytest.raises(EndpointError, match=LINGER_ENV):
+        group_linger(loops(2e6))

@@ -45,6 +45,37 @@ _CLONE_NEWNET = 0x40000000
 # A group watching more sockets than this sleeps through waits under a millisecond instead of
 # select()ing them all (transport/io/eventloop.py's Poller): what arrives meanwhile is read at the end.
 SELECT_BELOW = 64
+# Wake-up moderation, as a NIC's interrupt moderation and the switches' (emulator/ovs_daemons.py): paced
+# flows bring a group one datagram or timer per wake-up, and a wake-up's cost is mostly its cold caches,
+# not its packets. So while work comes densely (at least DENSE_WORK datagrams read or loops turned per
+# linger, averaged over DENSITY_WINDOW), a wake-up comes at most once per linger: what arrives or falls
+# due meanwhile waits, and is taken together. A sparse exchange (a ping, a lone request) is answered at
+# once. The linger: LINGER_FRACTION of a full frame's time at the loops' fastest link rate, at most
+# LINGER_MAX; the kernel stamps a receiver's arrivals, so its ACKs still report when data came.
+LINGER_FRACTION = 1 / 4
+LINGER_MAX = 0.002
+LINGER_MIN = 0.0001
+DENSE_WORK = 2
+DENSITY_WINDOW = 0.1
+LINGER_ENV = "FABRICLAB_GROUP_LINGER_US"
+
+
+def group_linger(loops: list[EventLoop]) -> float:
+    """The linger (s) for a group of `loops`: LINGER_FRACTION of a full frame's time at the fastest
+    link rate they were given, at most LINGER_MAX; 0 when a loop has no link rate or the figure is
+    under LINGER_MIN. LINGER_ENV (µs) overrides it."""
+    override = os.environ.get(LINGER_ENV, "").strip()
+    if override:
+        try:
+            return max(0.0, float(override)) * 1e-6
+        except ValueError:
+            raise EndpointError(f"{LINGER_ENV}={override!r}: give microseconds, e.g. 500 (0: off)") from None
+    rates = [loop.config.link_rate_bps for loop in loops]
+    if not rates or min(rates) <= 0:
+        return 0.0
+    frame = max(loop.config.mtu + 42 for loop in loops) * 8 / max(rates)  # + UDP, IP, Ethernet headers
+    linger = min(LINGER_MAX, frame * LINGER_FRACTION)
+    return linger if linger >= LINGER_MIN else 0.0
 
 
 @contextmanager
@@ -93,9 +124,14 @@ def _datagrams(loop: EventLoop) -> int:
 class LoopGroup:
     """Run `loops` together until every one has ended; `starts[i]` delays loop i's first turn (s)."""
 
-    def __init__(self, loops: list[EventLoop], starts: list[float] | None = None) -> None:
+    def __init__(self, loops: list[EventLoop], starts: list[float] | None = None, linger: float = 0.0) -> None:
         if starts is not None and len(starts) != len(loops):
             raise ValueError("one start offset per loop")
+        if linger < 0:
+            raise ValueError("linger must be >= 0")
+        self.linger = linger
+        # Only the wake-up pair: what a linger watches, so that stop() still ends it at once.
+        self._quiet = Poller()
         self.loops = loops
         self.starts = starts or [0.0] * len(loops)
         self._poller = Poller(select_below=SELECT_BELOW)
@@ -109,8 +145,11 @@ class LoopGroup:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._poller.register(self._wake_r.fileno())
+        self._quiet.register(self._wake_r.fileno())
         self._stopping = False
         self.cpu_run_s = 0.0
+        self.wakeups = 0  # waits that ended (timer or arrival): what the group's CPU goes on
+        self.turns = 0  # loop turns: a wake-up turns every loop that read or whose time came
 
     def stop(self, reason: str = "stopped") -> None:
         """Stop every loop after the current turn; safe from signal handlers."""
@@ -126,6 +165,7 @@ class LoopGroup:
         for s in (self._wake_r, self._wake_w):
             s.close()
         self._poller.close()
+        self._quiet.close()
 
     def run(self, on_end: Callable[[EventLoop], None] | None = None) -> None:
         mono = time.monotonic
@@ -169,6 +209,13 @@ class LoopGroup:
             loop.on_loop_end(now)
             order.append(loop)
 
+        # Wake-up moderation (see LINGER_*): on while the work per linger (datagrams read, loops
+        # turned) averaged at least DENSE_WORK over the last DENSITY_WINDOW.
+        linger = self.linger
+        quiet = self._quiet.poll
+        dense = False
+        window_start, window_work = t_start, 0
+        last_wake = t_start
         now = t_start
         order: list[EventLoop] = []
         touched: set[int] = set()
@@ -184,6 +231,8 @@ class LoopGroup:
                             watch(i, True)
                             for reader in self.loops[i]._handlers.values():
                                 reader(now)
+                self.turns += len(touched)
+                window_work += len(touched)
                 for i in sorted(touched):
                     if ended[i]:
                         continue
@@ -222,11 +271,19 @@ class LoopGroup:
                     break
                 while heap and wake[heap[0][2]] != heap[0][0]:
                     heapq.heappop(heap)
+                if dense:
+                    gap = last_wake + linger - now
+                    if gap >= SPIN_BELOW:
+                        # Sleep through what comes meanwhile, timers included, then take it all in
+                        # one wake-up.
+                        quiet(gap)
+                        now = mono()
                 timeout = None if not heap else max(0.0, heap[0][0] - now)
                 if timeout is not None and timeout < SPIN_BELOW:
                     timeout = 0.0
                 ready = poll(timeout)
-                now = mono()
+                now = last_wake = mono()
+                self.wakeups += 1
                 n = 0
                 while ready:
                     for fd, _ in ready:
@@ -245,6 +302,11 @@ class LoopGroup:
                     if n >= RECV_BATCH or self._stopping:
                         break
                     ready = poll(0)
+                if linger:
+                    window_work += n
+                    if now - window_start >= DENSITY_WINDOW:
+                        dense = window_work * linger >= DENSE_WORK * (now - window_start)
+                        window_start, window_work = now, 0
             for i in range(len(self.loops)):
                 if not ended[i]:
                     self.loops[i].stop_reason = self.loops[i].stop_reason or "stopped"
@@ -266,4 +328,4 @@ class LoopGroup:
                                 "cpu_total_s": round(time.process_time() * share, 4)}
 
 
-__all__ = ["LoopGroup", "netns", "raise_open_files_limit"]
+__all__ = ["LoopGroup", "group_linger", "netns", "raise_open_files_limit"]
