@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -247,9 +249,9 @@ def test_endpoint_coalescing_recovers_losses_by_fast_retransmit(mtu: int) -> Non
     assert r.goodput_bps >= 0.9 * base.goodput_bps
 
 
-def test_a_coalescing_receiver_hands_the_core_each_packets_arrival_time() -> None:
-    """Read 80 ms late, a datagram still counts as arrived when the kernel stamped it: the held
-    ACK's deadline runs from the arrival, not from the read."""
+@contextmanager
+def _stamped_receiver() -> Iterator[tuple[Receiver, socket.socket]]:
+    """A receiver holding ACKs up to 50 ms or 4 packets, its socket stamping arrivals, and a client."""
     r = Receiver(TransportConfig(ack_delay=0.05, ack_batch=4, ack_on_message=True), bind="127.0.0.1", port=0)
     r.open()
     c = _client(r)
@@ -259,6 +261,16 @@ def test_a_coalescing_receiver_hands_the_core_each_packets_arrival_time() -> Non
         # Linux turns receive stamping on from a work queue (net_enable_timestamp) when no socket had
         # it: a datagram that arrives before then is stamped when it is read.
         time.sleep(0.05)
+        yield r, c
+    finally:
+        c.close()
+        r.close()
+
+
+def test_a_coalescing_receiver_hands_the_core_each_packets_arrival_time() -> None:
+    """Read 80 ms late, a datagram still counts as arrived when the kernel stamped it: the held
+    ACK's deadline runs from the arrival, not from the read."""
+    with _stamped_receiver() as (r, c):
         sent_at = time.monotonic()
         c.send(_data(0, count=8, idx=0))
         time.sleep(0.08)
@@ -274,10 +286,11 @@ def test_a_coalescing_receiver_hands_the_core_each_packets_arrival_time() -> Non
         r._gap, r._last_rx = 0.01, read_at
         assert r._turn(read_at) == pytest.approx(read_at + 0.04) and r.defer_reads
         r.defer_reads = False
-        # Packets further apart than half the hold: the loop waits for each instead.
+        # Packets further apart than half the hold: until the next one (0.03 s away) has waited its
+        # hold (0.05 s), when its ACK is due, rather than the hold from now, which ends before it.
         r._gap = 0.03
-        r._turn(read_at)
-        assert not r.defer_reads
+        assert r._turn(read_at) == pytest.approx(read_at + 0.08) and r.defer_reads
+        r.defer_reads = False
         r._gap = 0.01
         # Once the message is complete, the next packet (a request, say) is read as it arrives.
         for psn in range(1, 8):
@@ -290,6 +303,19 @@ def test_a_coalescing_receiver_hands_the_core_each_packets_arrival_time() -> Non
         r._gap, r._last_rx = 0.01, later
         r._turn(later)
         assert not r.defer_reads
-    finally:
-        c.close()
-        r.close()
+
+
+def test_a_messages_last_packet_is_read_as_it_arrives() -> None:
+    with _stamped_receiver() as (r, c):
+        for psn in range(4):  # a batch of a 5-packet message: its ACK leaves at once
+            c.send(_data(psn, count=5, idx=psn))
+        _wait_readable(r)
+        now = time.monotonic()
+        while r._handlers[r.sock.fileno()](now):
+            pass
+        r._turn(now)
+        peer = next(iter(r.peers.values()))
+        assert peer.conn.ack_room == 0 and peer.conn.message_packets_left == 1
+        r._gap, r._last_rx = 0.01, now
+        r._turn(now)
+        assert not r.defer_reads

@@ -475,7 +475,8 @@ class Receiver(EventLoop):
         While the one connection holds an ACK: until `wake` (its deadline at the latest) or when
         the packets that send it at once should have arrived, at the rate packets have been
         arriving. With arrival times from the kernel, also between ACKs while a message streams in:
-        until the next batch should be complete, but no later than any first packet's deadline.
+        until the next batch should be complete or its first packet's hold is over, whichever is
+        sooner.
         """
         conn = next(iter(self.peers.values())).conn
         room = conn.ack_room
@@ -491,13 +492,16 @@ class Receiver(EventLoop):
             # batch's first packet is stamped as it arrives, so its ACK's hold and RTT echo stay
             # exact however late it is read, and reading by its deadline keeps the ACK on time.
             batch = self.config.ack_batch
-            span = min((left if left < batch else batch) * gap, self.config.ack_delay)
-            if span < 2 * gap:
-                # Fewer than two packets would come in meanwhile (packets further apart than half
-                # the hold): a deferral saves no wake-up, and one that ends before the next packet
-                # adds an empty one.
+            if left < 2 or batch < 2:
+                # The next packet is read as it arrives: a message's last is ACKed at once, and a
+                # deferral that ended just before it would add an empty wake-up.
                 return wake
-            until = now + span
+            # Until the batch should be complete, or the next packet (about a gap from now) has
+            # waited its hold: either way its ACK is due when the loop wakes, so one wake-up (one
+            # turn, in a group) reads the batch and answers it. Ending at the hold of `now`'s own
+            # deadline instead woke twice per ACK when packets came further apart than half the hold:
+            # at the deadline, finding one packet, and again at that packet's deadline.
+            until = now + min(min(left, batch) * gap, gap + self.config.ack_delay)
             if wake is not None and wake < until:
                 until = wake
         else:
