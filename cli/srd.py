@@ -539,7 +539,8 @@ def _cmd_group(args: argparse.Namespace) -> int:
         for loop in loops:
             loop.close()
     print(f"srd group: {len(loops)} endpoints in one process, {group.cpu_run_s:.3f} CPU s while they ran, "
-          f"{group.wakeups} wake-ups, {group.turns} loop turns, linger {group.linger * 1e6:.0f} µs")
+          f"{group.wakeups} wake-ups, {group.turns} loop turns, {group.page_faults} page faults, "
+          f"linger {group.linger * 1e6:.0f} µs")
     if failed:
         print(f"{args.prog} group: {len(failed)} sender(s) stopped before their workload completed "
               f"({'; '.join(failed[:3])})", file=sys.stderr)

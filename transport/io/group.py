@@ -150,6 +150,7 @@ class LoopGroup:
         self.cpu_run_s = 0.0
         self.wakeups = 0  # waits that ended (timer or arrival): what the group's CPU goes on
         self.turns = 0  # loop turns: a wake-up turns every loop that read or whose time came
+        self.page_faults = 0  # minor faults while the loops ran: memory handed back and touched again
 
     def stop(self, reason: str = "stopped") -> None:
         """Stop every loop after the current turn; safe from signal handlers."""
@@ -173,6 +174,7 @@ class LoopGroup:
         gc.freeze()
         t_start = mono()
         cpu0, sys0 = time.process_time(), os.times().system
+        faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         tie = count()
         # (wake-up time, tie, loop index): a loop's entry is live while it equals wake[index].
         wake: list[float | None] = [t_start + s for s in self.starts]
@@ -313,6 +315,7 @@ class LoopGroup:
                     end(i, now)
         finally:
             self.cpu_run_s = time.process_time() - cpu0
+            self.page_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
             self._share_cpu(self.cpu_run_s, max(0.0, os.times().system - sys0))
         if on_end is not None:
             for loop in order:
