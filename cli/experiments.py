@@ -111,9 +111,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--quick", action="store_true", help="only the demo and 4x4x4-1500, one bisection step")
     p.add_argument("--switch-daemons", choices=("both", "per-switch", "shared"), default="both",
                    help="which way of running the switches to measure (default: %(default)s)")
-    p.add_argument("--start", type=float, default=4.0, metavar="MBPS",
+    p.add_argument("--start", type=positive_float, default=4.0, metavar="MBPS",
                    help="first per-host rate to try (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=2, metavar="N",
+    p.add_argument("--steps", type=nonneg_int, default=2, metavar="N",
                    help="bisection steps after the verdict flips (default: %(default)s)")
     p.add_argument("--duration", type=positive_seconds, default=6.0, metavar="S",
                    help="seconds of traffic per probe (default: %(default)s)")
@@ -302,9 +302,6 @@ def cmd_bench_fidelity(args: argparse.Namespace) -> int:
 def cmd_bench_capacity(args: argparse.Namespace) -> int:
     from experiments import capacity_bench
 
-    if args.start <= 0 or args.steps < 0:
-        print("fabriclab bench capacity: --start must be positive and --steps at least 0", file=sys.stderr)
-        return 2
     names = args.cases or (capacity_bench.QUICK if args.quick else tuple(c.name for c in capacity_bench.CASES))
     cases = [c for c in capacity_bench.CASES if c.name in names]
     isolations = list(capacity_bench.ISOLATIONS) if args.switch_daemons == "both" else [args.switch_daemons]

@@ -43,6 +43,8 @@ CASES = [
     (["run", "allreduce", "--seed", "-1"], "--seed"),
     (["live", "--seed", "-2"], "--seed"),
     (["allreduce", "--rank", "0", "--peers", "127.0.0.1:7000", "--size", "1", "--seed", "-1"], "--seed"),
+    (["bench", "capacity", "--start", "0"], "argument --start"),
+    (["bench", "capacity", "--steps", "-1"], "argument --steps"),
 ]
 
 
