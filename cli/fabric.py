@@ -161,8 +161,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
+    import os
+
     from emulator.state import clean
 
+    if os.geteuid() != 0:
+        # Without root the run records cannot all be read, nor anything they name removed: saying
+        # "nothing to clean" would be wrong.
+        raise EmulatorError("clean needs root (it removes namespaces, Open vSwitch bridges and daemons a run "
+                            "left); run it with sudo")
     removed, skipped = clean(force=args.force)
     for item in removed:
         print(f"removed {item}")

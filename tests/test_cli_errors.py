@@ -164,3 +164,15 @@ def test_a_type_that_raises_oserror_or_runtimeerror_is_a_usage_error(capsys):
         err = capsys.readouterr().err.strip()
         assert stop.value.code == 2 and len(err.splitlines()) == 1 and len(err) < 200, err
         assert err.startswith("fabriclab x: error: argument --file: ") and words in err
+
+
+def test_clean_without_root_says_it_needs_root(monkeypatch, capsys):
+    # "nothing to clean" would be wrong: without root the run records cannot all be read.
+    import os
+
+    from cli.main import main
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert main(["clean"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "clean needs root" in err and "sudo" in err, err
