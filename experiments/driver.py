@@ -61,6 +61,7 @@ def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> Resu
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(outcome.finished)),
         "experiment_definition": exp.to_dict(),
     }
+    results.label_repetitions(doc)
     analyse(doc, topo)
     return doc
 
@@ -94,6 +95,7 @@ def render(doc: ResultsDocument, out_dir: Path) -> Rendered:
 
 
 def _render_views(doc: ResultsDocument, out_dir: Path) -> Rendered:
+    results.label_repetitions(doc)  # a document stored before arms carried labels
     try:
         written = plots.render_all(doc, out_dir)
         sentences = sentences_for(doc)

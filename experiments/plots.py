@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments.analysis import links
-from experiments.schema import ArmResult, ResultsDocument
+from experiments.schema import ArmResult, ResultsDocument, arm_label
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def utilisation_heatmaps(doc: ResultsDocument, out_dir: Path) -> list[str]:
                     ax.axhline(start - 0.5, color="white", linewidth=1.2)
                 ax.text(1.0, start - 0.4, label, transform=ax.get_yaxis_transform(), fontsize=7, ha="right",
                         va="top", color="white")
-        ax.set_title(f"{a['name']}: fabric link utilisation", fontsize=9)
+        ax.set_title(f"{arm_label(a)}: fabric link utilisation", fontsize=9)
         ax.set_xlabel("time since traffic start (s)", fontsize=8)
         fig.colorbar(im, ax=ax, fraction=0.03, pad=0.01)
     return [_save(fig, out_dir, "link_utilisation.png")]
@@ -188,7 +188,7 @@ def path_share(doc: ResultsDocument, out_dir: Path) -> list[str]:
                 ax.axvline(f["at_s"], color="k", ls="--", lw=0.8)
         ax.set_ylim(0, 1)
         ax.set_ylabel("share", fontsize=8)
-        ax.set_title(f"{a['name']}: share of leaf1's uplink bytes per spine", fontsize=9)
+        ax.set_title(f"{arm_label(a)}: share of leaf1's uplink bytes per spine", fontsize=9)
         ax.legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("time since traffic start (s)")
     return [_save(fig, out_dir, "path_share.png")]

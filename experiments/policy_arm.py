@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from experiments.model import Arm, Experiment
-from experiments.schema import ResultsDocument
+from experiments.schema import ResultsDocument, arm_label
 from transport.core.policy_plugin import label
 
 
@@ -56,6 +56,6 @@ def fault_sentences(doc: ResultsDocument) -> list[str]:
     for a in doc.get("arms", []):
         faults = [f.get("path_policy_fault") for f in a.get("flows", []) if f.get("path_policy_fault")]
         if faults:
-            out.append(f"{a['name']}: the path policy broke in {len(faults)} of {len(a['flows'])} flow(s), which "
+            out.append(f"{arm_label(a)}: the path policy broke in {len(faults)} of {len(a['flows'])} flow(s), which "
                        f"went on with spray: {faults[0]}.")
     return out

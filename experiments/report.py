@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.fidelity import STEAL_NOTE
-from experiments.schema import ResultsDocument
+from experiments.schema import ResultsDocument, arm_label
 
 COLUMNS = (
     ("arm", "name"),
@@ -52,12 +52,12 @@ def table_rows(doc: ResultsDocument) -> list[list[str]]:
     rows = []
     for a in doc["arms"]:
         if a.get("error"):
-            rows.append([a["name"], f"ERROR: {a['error']}"[:80]] + [""] * (len(COLUMNS) - 2))
+            rows.append([arm_label(a), f"ERROR: {a['error']}"[:80]] + [""] * (len(COLUMNS) - 2))
             continue
         # Workloads without a fabric-wide ideal (ping, all-reduce) have no "of ideal" to show.
         shown = {k: (None if k in ("goodput_fraction", "goodput_of_wire") and not a.get("ideal_bps") else a.get(k))
                  for _, k in COLUMNS}
-        rows.append([_fmt(k, shown[k]) for _, k in COLUMNS])
+        rows.append([arm_label(a)] + [_fmt(k, shown[k]) for _, k in COLUMNS[1:]])
     return rows
 
 
@@ -108,6 +108,16 @@ def fidelity_sentences(doc: ResultsDocument) -> list[str]:
     return out
 
 
+def _seeds_and_arms(doc: ResultsDocument) -> str:
+    reps = doc.get("repetitions") or 1
+    arms = len({a["name"] for a in doc["arms"]})
+    per_arm = f"{doc['duration_s']:g} s per arm"
+    if reps <= 1:
+        return f"seed {doc['seed']}, {per_arm}, {arms} arm(s)"
+    return (f"seeds {doc['seed']}-{doc['seed'] + reps - 1} (one per repetition), {per_arm}, {arms} arm(s), "
+            f"{reps} repetitions of each")
+
+
 def summary_markdown(doc: ResultsDocument, sentences: list[str], plots: list[str]) -> str:
     topo = doc["topology"]
     lines = [
@@ -115,8 +125,7 @@ def summary_markdown(doc: ResultsDocument, sentences: list[str], plots: list[str
         "",
         doc.get("description", ""),
         "",
-        f"Fabric `{topo.get('spec')}` ({topo.get('name')}), seed {doc['seed']}, {doc['duration_s']:g} s per arm, "
-        f"{len(doc['arms'])} arm(s), each on a freshly brought-up fabric"
+        f"Fabric `{topo.get('spec')}` ({topo.get('name')}), {_seeds_and_arms(doc)}, each on a freshly brought-up fabric"
         + ("" if doc.get("complete") else " — **incomplete run** (interrupted; finished arms kept)") + ".",
         "",
         markdown_table(doc),
@@ -126,10 +135,12 @@ def summary_markdown(doc: ResultsDocument, sentences: list[str], plots: list[str
     lines += ["", *fidelity_sentences(doc)]
     errors = [a for a in doc["arms"] if a.get("error")]
     if errors:
-        lines += ["", "Arms that failed: " + "; ".join(f"{a['name']}: {a['error']}" for a in errors) + "."]
+        lines += ["", "Arms that failed: " + "; ".join(f"{arm_label(a)}: {a['error']}" for a in errors) + "."]
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
-    lines += ["", "Arm details:", ""] + [f"- **{a['name']}**: {a['description']}" for a in doc["arms"]]
+    # Each arm once, however many repetitions it ran.
+    details = {a["name"]: a["description"] for a in doc["arms"]}
+    lines += ["", "Arm details:", ""] + [f"- **{name}**: {what}" for name, what in details.items()]
     return "\n".join(lines) + "\n"
 
 

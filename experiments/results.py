@@ -34,7 +34,7 @@ from experiments.analysis.framing import (
 from experiments.analysis.links import directed_series, fabric_hops, hop_label, summarise_links, window_bytes
 from experiments.arms.base import SERIES_BIN
 from experiments.model import Arm
-from experiments.schema import ArmResult, CpuBudget, RawArm, ResultsDocument, RunFidelity
+from experiments.schema import ArmResult, CpuBudget, RawArm, ResultsDocument, RunFidelity, arm_label
 from topologies import Topology
 from transport.core.metrics import percentile
 
@@ -304,6 +304,14 @@ def _drops(raw: RawArm, topo: Topology) -> tuple[int, int]:
 # The document
 
 
+def label_repetitions(doc: ResultsDocument) -> None:
+    """Name each arm of a repeated run with its repetition ("spray (rep 2)"), so that tables and sentences
+    tell the rows apart."""
+    if (doc.get("repetitions") or 1) > 1:
+        for a in doc["arms"]:
+            a.setdefault("label", f"{a['name']} (rep {a.get('repetition', 0) + 1})")
+
+
 def worst_fidelity(arms: list[ArmResult]) -> RunFidelity:
     fids = [a["fidelity"] for a in arms if not a.get("error")]
     idle_min = [f["cpu_idle_min"] for f in fids if f.get("cpu_idle_min") is not None]
@@ -311,7 +319,7 @@ def worst_fidelity(arms: list[ArmResult]) -> RunFidelity:
     reasons = []
     for a in arms:
         for r in a["fidelity"].get("reasons", []):
-            reasons.append(f"{a['name']}: {r}")
+            reasons.append(f"{arm_label(a)}: {r}")
     steal = [f["cpu_steal_max"] for f in fids if f.get("cpu_steal_max") is not None]
     return {
         "cpu_idle_min": min(idle_min) if idle_min else None,

@@ -103,6 +103,8 @@ class ArmResult(_ArmRequired, total=False):
     delivery: str
     labels: dict[str, Any]
     repetition: int
+    # In a repeated run, how text names the arm: "spray (rep 2)"; see arm_label.
+    label: str
     slowdown_flows: int
     slowdown_incomplete: int
     wire_efficiency: float
@@ -168,6 +170,12 @@ class ArmResult(_ArmRequired, total=False):
 
 # --------------------------------------------------------------------------------------------------
 # The document
+
+
+
+def arm_label(arm: ArmResult | dict[str, Any]) -> str:
+    """How tables and sentences name an arm: its name, with its repetition in a repeated run."""
+    return arm.get("label") or arm["name"]
 
 
 class FlowPair(TypedDict):

@@ -9,7 +9,7 @@ import numpy as np
 from experiments.analysis.links import path_share
 from experiments.model import Arm, Experiment, Fault, Workload
 from experiments.scenarios.common import mbps, ok_arms
-from experiments.schema import ResultsDocument
+from experiments.schema import ResultsDocument, arm_label
 from topologies import Topology
 
 NAME = "hot-link"
@@ -68,7 +68,7 @@ def sentences(doc: ResultsDocument) -> list[str]:
     out = []
     for a in ok_arms(doc["arms"]):
         share = an["share_after_fault"].get(a["name"])
-        out.append(f"{a['name']}: {mbps(a.get('goodput_before_fault_bps'))} before the link was degraded, "
+        out.append(f"{arm_label(a)}: {mbps(a.get('goodput_before_fault_bps'))} before the link was degraded, "
                    f"{mbps(a.get('goodput_after_fault_bps'))} after"
                    + (f"; {share:.0%} of {an['hot_link'].split('-')[0]}'s uplink bytes still crossed the hot link"
                       if share is not None else "") + ".")

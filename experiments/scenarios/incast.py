@@ -8,7 +8,7 @@ from typing import Any
 
 from experiments.model import Arm, Experiment, SenderSettings, Workload
 from experiments.scenarios.common import ok_arms, secs
-from experiments.schema import ResultsDocument
+from experiments.schema import ResultsDocument, arm_label
 from topologies import Topology
 
 NAME = "incast"
@@ -126,5 +126,5 @@ def sentences(doc: ResultsDocument) -> list[str]:
         lost = f", {drops} dropped there" if drops is not None else ""
         retx = a.get("retransmit_share")
         rt = f"; {retx:.1%} of packets retransmitted" if retx is not None else ""
-        out.append(f"{a['name']}: {what}{fair}{queue}{lost}{rt}.")
+        out.append(f"{arm_label(a)}: {what}{fair}{queue}{lost}{rt}.")
     return out

@@ -6,7 +6,7 @@ from typing import Any
 
 from experiments.model import Arm, Experiment, Fault, Workload
 from experiments.scenarios.common import arms_by_name, ok_arms, secs
-from experiments.schema import ResultsDocument
+from experiments.schema import ResultsDocument, arm_label
 from topologies import Topology
 
 NAME = "reordering"
@@ -54,7 +54,7 @@ def sentences(doc: ResultsDocument) -> list[str]:
     out = []
     for a in ok_arms(doc["arms"]):
         r = a.get("reorder") or {}
-        out.append(f"{a['name']}: {r.get('out_of_order_fraction', 0):.1%} of packets arrived out of order, "
+        out.append(f"{arm_label(a)}: {r.get('out_of_order_fraction', 0):.1%} of packets arrived out of order, "
                    f"{r.get('spurious_retransmissions', 0)} spurious retransmissions, reassembly peaked at "
                    f"{(r.get('peak_reassembly_bytes') or 0) / 1024:.0f} KiB; request completion p50 "
                    f"{secs(a['completion_p50_s'])}, p99 {secs(a['completion_p99_s'])}.")

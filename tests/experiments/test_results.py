@@ -108,6 +108,31 @@ def test_summary_is_generated_from_the_numbers(doc):
     assert "cannot be trusted" in text and "CPU idle fell to 5%" in text
 
 
+def test_a_repeated_runs_rows_name_their_repetition(tmp_path: Path):
+    exp, topo = driver.prepare("ecmp-vs-spray", topo=SPEC, duration=4, repetitions=2)
+    arm = exp.arms[0]
+    raws = []
+    for rep in range(2):
+        raw = _raw(topo, 6e6, "spine1")
+        raw["repetition"] = rep
+        raws.append((arm, raw))
+    exp.arms = [arm]
+    outcome = RunOutcome(raws=raws, complete=True, started=0.0, finished=10.0,
+                         flows={arm.name: [Flow("h1", "h2", 0)]}, bytes_per_flow={arm.name: 1 << 20})
+    doc = driver.build_document(exp, topo, outcome)
+    assert [a["label"] for a in doc["arms"]] == ["ecmp-single (rep 1)", "ecmp-single (rep 2)"]
+    assert schema.validate(doc) == []
+    text = report.summary_markdown(doc, driver.sentences_for(doc), [])
+    assert "| ecmp-single (rep 1) |" in text and "| ecmp-single (rep 2) |" in text
+    assert "seeds 1-2 (one per repetition)" in text and "1 arm(s), 2 repetitions of each" in text
+    assert text.count("- **ecmp-single**:") == 1  # the arm's details once
+    # A results.json stored before arms carried labels is labelled when rendered again.
+    for a in doc["arms"]:
+        del a["label"]
+    driver.render(doc, tmp_path)
+    assert "| ecmp-single (rep 2) |" in (tmp_path / "summary.md").read_text()
+
+
 def test_report_rerenders_from_stored_results(doc, tmp_path: Path):
     rendered = driver.render(doc, tmp_path)
     assert (tmp_path / "results.json").exists() and rendered.summary.exists()
