@@ -25,7 +25,7 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/ruff check topologies emulator transport experiments live labs cli tests scripts
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-unit: setup
 	$(PY) -m pytest -q -m "not root"

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -62,16 +63,24 @@ def browser():
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
+    # Chromium's profile and its process-singleton directory (org.chromium.Chromium.*, made in TMPDIR
+    # and left there when it exits) go into a directory of our own, removed afterwards.
+    scratch = tempfile.TemporaryDirectory(prefix="fabriclab-browser-")
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000"):
+                "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000",
+                f"--user-data-dir={scratch.name}/profile"):
         opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     try:
-        yield driver
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": scratch.name}),
+                                  options=opts)
+        try:
+            yield driver
+        finally:
+            driver.quit()
     finally:
-        driver.quit()
+        scratch.cleanup()
 
 
 def wait(driver, what, timeout, message):
