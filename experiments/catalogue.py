@@ -44,14 +44,18 @@ class Entry:
     build: Callable[[], Experiment]
     analyse: Callable[[ResultsDocument, Topology], dict[str, Any]]
     sentences: Callable[[ResultsDocument], list[str]]
+    # Its analysis reads every repetition of a repeated run (medians), rather than the last one's arms.
+    across_repetitions: bool = False
 
 
 CATALOGUE: dict[str, Entry] = {}
 
 
 def register(module: ModuleType) -> Entry:
-    """Add an experiment module (NAME, SUMMARY, build, analyse, sentences) to the catalogue."""
-    entry = Entry(module.NAME, module.SUMMARY, module.build, module.analyse, module.sentences)
+    """Add an experiment module (NAME, SUMMARY, build, analyse, sentences; optionally ACROSS_REPETITIONS)
+    to the catalogue."""
+    entry = Entry(module.NAME, module.SUMMARY, module.build, module.analyse, module.sentences,
+                  getattr(module, "ACROSS_REPETITIONS", False))
     CATALOGUE[entry.name] = entry
     return entry
 

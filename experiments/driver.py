@@ -82,7 +82,8 @@ def sentences_for(doc: ResultsDocument) -> list[str]:
     if entry is None or "error" in doc.get("analysis", {}):
         return []
     try:
-        return entry.sentences(doc) + fault_sentences(doc)
+        return (report.repetitions_sentence(doc, entry.across_repetitions) + entry.sentences(doc)
+                + fault_sentences(doc))
     except Exception as exc:
         log.warning("summary sentences for %s failed: %s", doc["experiment"], exc)
         return []

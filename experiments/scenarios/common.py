@@ -16,8 +16,16 @@ def ok_arms(arms: list[ArmResult]) -> list[ArmResult]:
     return [a for a in arms if not a.get("error")]
 
 
+def compared_repetition(doc: ResultsDocument) -> int:
+    """Which repetition the comparisons between arms read: the last that has an arm that ran."""
+    return max((a.get("repetition") or 0 for a in ok_arms(doc["arms"])), default=0)
+
+
 def arms_by_name(doc: ResultsDocument) -> dict[str, ArmResult]:
-    return {a["name"]: a for a in ok_arms(doc["arms"])}
+    """The arms that ran, by name; in a repeated run, those of `compared_repetition` (report.py's
+    repetitions_sentence says so, and gives every repetition's spread)."""
+    rep = compared_repetition(doc)
+    return {a["name"]: a for a in ok_arms(doc["arms"]) if (a.get("repetition") or 0) == rep}
 
 
 def flow_pairs(doc: ResultsDocument) -> list[tuple[str, str]]:

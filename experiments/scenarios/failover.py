@@ -14,6 +14,7 @@ from transport.core.metrics import percentile
 
 NAME = "failover"
 SUMMARY = "a fabric link cut mid-transfer: recovery time of adaptive spraying, ECMP + reroute, TCP"
+ACROSS_REPETITIONS = True  # recovery times and the speed-up are medians over the repetitions
 ADAPTIVE, ECMP_REROUTE, TCP_ECMP = "adaptive", "ecmp-reroute", "tcp-ecmp"
 # How long after the cut the controller reroutes. Its own reaction takes ~30 ms, which no real fabric
 # matches: link-down detection alone is BFD's 3 x 300 ms, and routing convergence adds more, so real

@@ -113,7 +113,7 @@ def test_a_repeated_runs_rows_name_their_repetition(tmp_path: Path):
     arm = exp.arms[0]
     raws = []
     for rep in range(2):
-        raw = _raw(topo, 6e6, "spine1")
+        raw = _raw(topo, (6e6, 8e6)[rep], "spine1")
         raw["repetition"] = rep
         raws.append((arm, raw))
     exp.arms = [arm]
@@ -126,6 +126,13 @@ def test_a_repeated_runs_rows_name_their_repetition(tmp_path: Path):
     assert "| ecmp-single (rep 1) |" in text and "| ecmp-single (rep 2) |" in text
     assert "seeds 1-2 (one per repetition)" in text and "1 arm(s), 2 repetitions of each" in text
     assert text.count("- **ecmp-single**:") == 1  # the arm's details once
+    # Each arm's spread over the repetitions, and which repetition the comparisons read.
+    assert ("Across 2 repetitions (one seed each), goodput min, median, max: ecmp-single 6.0 Mb/s, 7.0 Mb/s, "
+            "8.0 Mb/s. The comparisons below read repetition 2.") in text
+    assert "ECMP with one entropy value per flow carried 8.0 Mb/s" in text
+    # An experiment whose analysis reads every repetition (failover's medians) names none.
+    assert report.repetitions_sentence(doc, across=True)[0].endswith("8.0 Mb/s.")
+    assert catalogue.get("failover").across_repetitions and not catalogue.get("ecmp-vs-spray").across_repetitions
     # A results.json stored before arms carried labels is labelled when rendered again.
     for a in doc["arms"]:
         del a["label"]

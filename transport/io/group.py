@@ -51,7 +51,8 @@ SELECT_BELOW = 64
 # linger, averaged over DENSITY_WINDOW), a wake-up comes at most once per linger: what arrives or falls
 # due meanwhile waits, and is taken together. A sparse exchange (a ping, a lone request) is answered at
 # once. The linger: LINGER_FRACTION of a full frame's time at the loops' fastest link rate, at most
-# LINGER_MAX; the kernel stamps a receiver's arrivals, so its ACKs still report when data came.
+# LINGER_MAX. Where the kernel stamps a receiver's arrivals (coalesced ACKs, no ECN reading), its ACKs
+# still report when data came; elsewhere an RTT sample can read up to a linger long.
 LINGER_FRACTION = 1 / 4
 LINGER_MAX = 0.002
 LINGER_MIN = 0.0001
@@ -150,7 +151,7 @@ class LoopGroup:
         self.cpu_run_s = 0.0
         self.wakeups = 0  # waits that ended (timer or arrival): what the group's CPU goes on
         self.turns = 0  # loop turns: a wake-up turns every loop that read or whose time came
-        self.page_faults = 0  # minor faults while the loops ran: memory handed back and touched again
+        self.page_faults = 0  # minor faults while the loops ran: memory touched for the first time or again
 
     def stop(self, reason: str = "stopped") -> None:
         """Stop every loop after the current turn; safe from signal handlers."""

@@ -498,9 +498,9 @@ class Receiver(EventLoop):
                 return wake
             # Until the batch should be complete, or the next packet (about a gap from now) has
             # waited its hold: either way its ACK is due when the loop wakes, so one wake-up (one
-            # turn, in a group) reads the batch and answers it. Ending at the hold of `now`'s own
-            # deadline instead woke twice per ACK when packets came further apart than half the hold:
-            # at the deadline, finding one packet, and again at that packet's deadline.
+            # turn, in a group) reads the batch and answers it. Ending one hold from now instead
+            # woke twice per ACK when packets came further apart than half the hold: once to find
+            # one packet, and again at that packet's deadline.
             until = now + min(min(left, batch) * gap, gap + self.config.ack_delay)
             if wake is not None and wake < until:
                 until = wake
