@@ -14,6 +14,7 @@ from experiments.analysis.placement import ideal_bps
 from experiments.model import DoesNotFit, Experiment
 from experiments.policy_arm import fault_sentences
 from experiments.runner import Reporter, RunOutcome, plan_flows, run_experiment
+from experiments.scenarios.common import repetitions_sentence
 from experiments.schema import SCHEMA_VERSION, ResultsDocument
 from topologies import Topology, parse_spec
 from topologies.model import natural_key
@@ -82,7 +83,7 @@ def sentences_for(doc: ResultsDocument) -> list[str]:
     if entry is None or "error" in doc.get("analysis", {}):
         return []
     try:
-        return (report.repetitions_sentence(doc, entry.across_repetitions) + entry.sentences(doc)
+        return (repetitions_sentence(doc, entry.across_repetitions) + entry.sentences(doc)
                 + fault_sentences(doc))
     except Exception as exc:
         log.warning("summary sentences for %s failed: %s", doc["experiment"], exc)

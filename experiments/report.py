@@ -76,30 +76,6 @@ def text_table(doc: ResultsDocument) -> str:
     return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows])
 
 
-def repetitions_sentence(doc: ResultsDocument, across: bool = False) -> list[str]:
-    """For a repeated run: each arm's goodput over its repetitions, and which one the comparisons read
-    (none to name when the experiment's analysis reads them all: `across`)."""
-    from experiments.scenarios.common import compared_repetition, mbps, ok_arms
-
-    reps = doc.get("repetitions") or 1
-    if reps <= 1:
-        return []
-    by_name: dict[str, list[float]] = {}
-    for a in ok_arms(doc["arms"]):
-        by_name.setdefault(a["name"], []).append(a["goodput_bps"])
-    if not by_name:
-        return []
-    spreads = []
-    for name, values in by_name.items():
-        v = sorted(values)
-        mid = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-        spreads.append(f"{name} {mbps(v[0])}, {mbps(mid)}, {mbps(v[-1])}"
-                       + (f" ({len(v)} of {reps} ran)" if len(v) < reps else ""))
-    which = "" if across else f" The comparisons below read repetition {compared_repetition(doc) + 1}."
-    return [f"Across {reps} repetitions (one seed each), goodput min, median, max: " + "; ".join(spreads)
-            + "." + which]
-
-
 def fidelity_sentences(doc: ResultsDocument) -> list[str]:
     f = doc["fidelity"]
     idle_min, idle_mean = f.get("cpu_idle_min"), f.get("cpu_idle_mean")

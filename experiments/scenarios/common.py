@@ -3,6 +3,7 @@ formatting rates and times, summarising an all-reduce arm."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from experiments.schema import ArmResult, ResultsDocument
@@ -22,10 +23,26 @@ def compared_repetition(doc: ResultsDocument) -> int:
 
 
 def arms_by_name(doc: ResultsDocument) -> dict[str, ArmResult]:
-    """The arms that ran, by name; in a repeated run, those of `compared_repetition` (report.py's
-    repetitions_sentence says so, and gives every repetition's spread)."""
+    """The arms that ran, by name; in a repeated run, those of `compared_repetition` (repetitions_sentence
+    says so, and gives every repetition's spread)."""
     rep = compared_repetition(doc)
     return {a["name"]: a for a in ok_arms(doc["arms"]) if (a.get("repetition") or 0) == rep}
+
+
+def repetitions_sentence(doc: ResultsDocument, across: bool = False) -> list[str]:
+    """For a repeated run: each arm's goodput over its repetitions, and which one the comparisons read
+    (none to name when the experiment's analysis reads them all: `across`)."""
+    reps = doc.get("repetitions") or 1
+    by_name: dict[str, list[float]] = {}
+    for a in ok_arms(doc["arms"]):
+        by_name.setdefault(a["name"], []).append(a["goodput_bps"])
+    if reps <= 1 or not by_name:
+        return []
+    spreads = [f"{name} {mbps(min(v))}, {mbps(statistics.median(v))}, {mbps(max(v))}"
+               + (f" ({len(v)} of {reps} ran)" if len(v) < reps else "") for name, v in by_name.items()]
+    which = "" if across else f" The comparisons below read repetition {compared_repetition(doc) + 1}."
+    return [f"Across {reps} repetitions (one seed each), goodput min, median, max: " + "; ".join(spreads)
+            + "." + which]
 
 
 def flow_pairs(doc: ResultsDocument) -> list[tuple[str, str]]:

@@ -9,6 +9,7 @@ import pytest
 
 from experiments import catalogue, driver, overrides, report, results, schema
 from experiments.runner import Flow, RunOutcome
+from experiments.scenarios.common import repetitions_sentence
 from topologies import parse_spec
 from transport.core import schema as transport_schema
 
@@ -131,7 +132,7 @@ def test_a_repeated_runs_rows_name_their_repetition(tmp_path: Path):
             "8.0 Mb/s. The comparisons below read repetition 2.") in text
     assert "ECMP with one entropy value per flow carried 8.0 Mb/s" in text
     # An experiment whose analysis reads every repetition (failover's medians) names none.
-    assert report.repetitions_sentence(doc, across=True)[0].endswith("8.0 Mb/s.")
+    assert repetitions_sentence(doc, across=True)[0].endswith("8.0 Mb/s.")
     assert catalogue.get("failover").across_repetitions and not catalogue.get("ecmp-vs-spray").across_repetitions
     # A results.json stored before arms carried labels is labelled when rendered again.
     for a in doc["arms"]:
