@@ -47,24 +47,26 @@ POLLSKIP_ENV = "FABRICLAB_POLLSKIP"
 # of its CPU. FABRICLAB_POLLSKIP_EPOLL=0 (passed on to the daemons) leaves poll() to the kernel.
 POLLSKIP_EPOLL_ENV = "FABRICLAB_POLLSKIP_EPOLL"
 # Wake-up moderation: a switch's traffic arrives paced, one packet per wake-up, and each wake-up runs the
-# whole of the daemon's loop. So a daemon woken by a packet while packets come densely waits a little
-# for more (pollskip's linger) and forwards them in one turn: at most LINGER_FRACTION of a full frame's
-# time on its fastest link, so that the delay it adds per hop stays a small part of what the link's own
-# serialisation adds, and each busy port brings about that fraction of a packet per linger. Measured on
-# the 4x4x4 leaf-spine at 1500 bytes and 1.41 Mb/s, turn about: OVS 289-311 µs per delivered packet
-# without, 213-220 with a 1 ms linger (1/8 of a frame time), goodput and slowdowns unchanged.
+# whole of the daemon's loop. So while packets come densely, a daemon's wait first sleeps a little
+# (pollskip's linger) and then forwards in one turn what came meanwhile: at most LINGER_FRACTION of a full
+# frame's time on its fastest link, so that the delay it adds per hop (half the linger on average) stays a
+# small part of what the link's own serialisation adds, as the endpoint groups' does (transport/io/group.py).
+# Measured on the 4x4x4 leaf-spine at 1500 bytes and 1.41 Mb/s, turn about, lingering after each wake-up
+# for an eighth of a frame time: OVS 289-311 µs per delivered packet without, 213-220 with, goodput and
+# slowdowns unchanged. Sleeping before the wait instead (pollskip.c says why), at 2.83 Mb/s: 320-330 ->
+# 277-284 µs of CPU per delivered packet in all, the same mean delay per hop.
 # FABRICLAB_POLLSKIP_LINGER_US in the runner's environment overrides the figure for every switch (0: off).
 POLLSKIP_LINGER_ENV = "FABRICLAB_POLLSKIP_LINGER_US"
-LINGER_FRACTION = 1 / 8
-LINGER_MAX_US = 2000
-LINGER_MIN_US = 50
+LINGER_FRACTION = 1 / 4
+LINGER_MAX_US = 4000
+LINGER_MIN_US = 100
 ETHERNET_HEADER = 14
 
 
 def linger_us(rates_mbps: Iterable[float], mtu: int) -> int:
-    """How long (µs) a switch's daemon lingers after a wake-up by I/O, given its links' rates: a
-    LINGER_FRACTION of a full frame's time on the fastest, at most LINGER_MAX_US; 0 when a link is
-    unshaped (rate 0) or the figure is under LINGER_MIN_US."""
+    """How long (µs) a switch's daemon sleeps before each wait while packets come densely, given its
+    links' rates: LINGER_FRACTION of a full frame's time on the fastest, at most LINGER_MAX_US; 0 when
+    a link is unshaped (rate 0) or the figure is under LINGER_MIN_US."""
     rates = list(rates_mbps)
     if not rates or min(rates) <= 0:
         return 0

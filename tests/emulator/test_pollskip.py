@@ -278,9 +278,9 @@ def test_fabriclab_pollskip_epoll_0_reaches_the_daemons(monkeypatch):
     assert "FABRICLAB_POLLSKIP_EPOLL" not in daemon_env()
 
 
-# Wake-up moderation: a poll() woken by I/O while packets come densely lingers, then answers with all that
-# came meanwhile; a sparse wake-up (or no linger asked for) answers at once with what woke it, and so does
-# a ping's reply, which comes soon after its request but among sparse traffic.
+# Wake-up moderation: while packets come densely a poll() first sleeps its linger, then answers with all
+# that came meanwhile; a sparse wake-up (or no linger asked for) answers at once with what woke it, and so
+# does a ping's reply, which comes soon after its request but among sparse traffic.
 LINGER_CHILD = textwrap.dedent("""
     import select, socket, threading, time
 
@@ -308,14 +308,15 @@ LINGER_CHILD = textwrap.dedent("""
         return ready, took
 
     p.poll(0)
-    woken_by((0.01, 1))  # the first wake-up by I/O: nothing to say how dense the traffic is yet
-    ready, took = woken_by((0.005, 2), (0.009, 3))  # 65 ms later: dense against a 25 ms linger
+    for _ in range(3):  # wake-ups by I/O ~70 ms apart: dense against a 25 ms linger (under four lingers)
+        woken_by((0.01, 1))
+    ready, took = woken_by((0.005, 2), (0.009, 3))
     print("dense", ready, took >= 0.025)
     time.sleep(0.2)
     ready, took = woken_by((0.005, 4), (0.03, 5))  # 250 ms of silence first: sparse
     print("sparse", ready, took < 0.025)
     replies = []
-    for _ in range(4):  # pings: a request after 250 ms, its reply soon after; dense by the last gap alone
+    for _ in range(4):  # pings: a request after 250 ms, its reply soon after: recent, but sparse on average
         time.sleep(0.25)
         woken_by((0.005, 6))
         ready, took = woken_by((0.005, 7))
@@ -325,7 +326,7 @@ LINGER_CHILD = textwrap.dedent("""
 
 
 @pytest.mark.parametrize(("linger", "dense"), [("25000", "[2, 3]"), ("0", "[2]")])
-def test_a_dense_wake_up_lingers_and_gathers_what_came_meanwhile(linger, dense):
+def test_a_wait_among_dense_traffic_lingers_first_and_gathers_what_came_meanwhile(linger, dense):
     env = {**os.environ, "LD_PRELOAD": _built(), "FABRICLAB_POLLSKIP_LINGER_US": linger}
     env.pop("FABRICLAB_POLLSKIP_EPOLL", None)
     out = subprocess.run([sys.executable, "-c", LINGER_CHILD], env=env, capture_output=True, text=True, timeout=30)
@@ -337,11 +338,11 @@ def test_a_dense_wake_up_lingers_and_gathers_what_came_meanwhile(linger, dense):
 
 
 def test_the_linger_is_sized_to_the_switch_links_and_the_environment_overrides_it(monkeypatch):
-    # An eighth of a full frame's time on the fastest link: 1514 bytes at 6 Mb/s is 2019 µs.
-    assert linger_us([4.0, 6.0], 1500) == 252
+    # A quarter of a full frame's time on the fastest link: 1514 bytes at 6 Mb/s is 2019 µs.
+    assert linger_us([4.0, 6.0], 1500) == 504
     assert linger_us([4.0], 9000) == LINGER_MAX_US  # 18 ms frames: capped
     assert linger_us([0.0, 4.0], 1500) == 0  # an unshaped port: packets need not wait for it
-    assert linger_us([400.0], 1500) == 0  # 3.8 µs: below the floor, nothing to gather
+    assert linger_us([40.0], 1500) == 0  # 76 µs: below the floor, nothing to gather
     assert linger_us([], 1500) == 0
     _built()
     monkeypatch.delenv("FABRICLAB_POLLSKIP_LINGER_US", raising=False)
