@@ -48,11 +48,13 @@ SELECT_BELOW = 64
 # Wake-up moderation, as a NIC's interrupt moderation and the switches' (emulator/ovs_daemons.py): paced
 # flows bring a group one datagram or timer per wake-up, and a wake-up's cost is mostly its cold caches,
 # not its packets. So while work comes densely (at least DENSE_WORK datagrams read or loops turned per
-# linger, averaged over DENSITY_WINDOW), a wake-up comes at most once per linger: what arrives or falls
-# due meanwhile waits, and is taken together. A sparse exchange (a ping, a lone request) is answered at
-# once. The linger: LINGER_FRACTION of a full frame's time at the loops' fastest link rate, at most
-# LINGER_MAX. Where the kernel stamps a receiver's arrivals (coalesced ACKs, no ECN reading), its ACKs
-# still report when data came; elsewhere an RTT sample can read up to a linger long.
+# linger, averaged over DENSITY_WINDOW, or a whole window's worth sooner), a wake-up comes at most once
+# per linger: what arrives or falls due meanwhile waits, and is taken together. A sparse exchange (a
+# ping, a lone request) is answered at once. The linger: LINGER_FRACTION of a full frame's time at the
+# loops' fastest link rate, at most LINGER_MAX; so it stays well inside the pacer's banked burst (four
+# packet intervals), and a paced flow loses no rate to it. Where the kernel stamps a receiver's arrivals
+# (coalesced ACKs, no ECN reading), its ACKs still report when data came; elsewhere an RTT sample can
+# read up to a linger long.
 LINGER_FRACTION = 1 / 4
 LINGER_MAX = 0.002
 LINGER_MIN = 0.0001
@@ -309,6 +311,12 @@ class LoopGroup:
                     window_work += n
                     if now - window_start >= DENSITY_WINDOW:
                         dense = window_work * linger >= DENSE_WORK * (now - window_start)
+                        window_start, window_work = now, 0
+                    elif not dense and window_work * linger >= DENSE_WORK * DENSITY_WINDOW:
+                        # A whole dense window's work already came: waiting out the window would
+                        # spend a wake-up per datagram on a transfer's start (5,000 a second in
+                        # the paced-pair test), which is when short collectives spend their time.
+                        dense = True
                         window_start, window_work = now, 0
             for i in range(len(self.loops)):
                 if not ended[i]:
