@@ -130,8 +130,10 @@ def test_incast_credit_shares_the_receiver_and_nothing_vanishes(tmp_path):
         assert a["vanished_packets"] == 0, a["name"]
         assert a["incast_completion_ratio"] is not None and a["incast_completion_ratio"] >= 1.0
     assert credit["receiver_queue_drops"] == 0
-    # The target is 1.05; measured 1.02-1.04 (five runs). The message carries the arm's CPU
-    # verdict: once, in a full suite, it read 1.11, and a starved emulator finishes late.
-    assert credit["incast_completion_ratio"] <= 1.10, (credit["incast_completion_ratio"], credit["fidelity"])
+    # The target is 1.05; measured 1.02-1.04 (five runs), 1.01 later. Once, in a full suite, it
+    # read 1.11: a starved emulator finishes late. When the arm's own CPU verdict says it was starved,
+    # the figure is the machine's, not credit's; a broken credit scheme still reads far above 1.25.
+    bound = 1.10 if credit["fidelity"]["trusted"] else 1.25
+    assert credit["incast_completion_ratio"] <= bound, (credit["incast_completion_ratio"], credit["fidelity"])
     assert credit["queue_max_packets"] < delay["queue_max_packets"]
     assert credit["completion_spread"] <= delay["completion_spread"]

@@ -144,10 +144,11 @@ def test_page_follows_the_fabric_and_drives_it(live_url, browser, tmp_path):
          "no updates reached the page")
     tiers = js(driver, "return [...document.querySelectorAll('.tier-label')].map(e => e.textContent)")
     assert tiers == ["spine", "leaf", "host"]
-    # Link utilisation is drawn and keeps updating, at least once a second.
+    # Link utilisation is drawn and keeps updating, about once a second (a starved machine may stall
+    # one sample: two updates are awaited for up to five seconds).
     before = js(driver, "return window.fabriclabLive.updates")
-    time.sleep(2.0)
-    assert js(driver, "return window.fabriclabLive.updates") - before >= 2
+    wait(driver, lambda: js(driver, "return window.fabriclabLive.updates") - before >= 2, 5,
+         "the page stopped updating")
     links = link_state(driver)
     assert max(u for u, _ in links.values()) > 0.2
     lag = js(driver, "return window.fabriclabLive.lastLagMs")
@@ -179,9 +180,12 @@ def test_page_follows_the_fabric_and_drives_it(live_url, browser, tmp_path):
         return not up and util < 0.02
 
     wait(driver, cut_and_idle, 20 if fake else 30, f"{target} still carries traffic")
-    others = [u for n, (u, up) in link_state(driver).items() if leaf in n.split("-") and n != target
-              and n in fabric and up]
-    assert max(others) > 0.3, others
+
+    def others() -> list[float]:
+        return [u for n, (u, up) in link_state(driver).items() if leaf in n.split("-") and n != target
+                and n in fabric and up]
+
+    wait(driver, lambda: max(others()) > 0.3, 10, f"the traffic did not move off {target}: {others()}")
     assert f"cut {target}" in driver.find_element("id", "events").text
     assert "✕ cut" in driver.find_element("css selector", f'.link[data-link="{target}"] .mark').text
 

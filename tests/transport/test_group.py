@@ -248,10 +248,12 @@ def test_a_lingering_group_takes_dense_traffic_in_fewer_wake_ups() -> None:
         if not lingering:
             assert moderated == 0  # no linger, no moderating sleep
     assert 0.0005 < linger < 0.001, linger
-    (plain, plain_s), (lingered, lingered_s) = runs[False], runs[True]
+    (plain, _), (lingered, lingered_s) = runs[False], runs[True]
     assert moderated <= lingered_s / (linger - SPIN_BELOW) + 1, (moderated, lingered_s)
     assert moderated >= lingered / 2, (moderated, lingered)  # seen to be dense from its start
-    assert lingered / lingered_s < plain / plain_s / 2, runs
+    # Both runs carry the same messages, so their counts compare (their durations differ by the tail):
+    # alone ~3 wake-ups a message (data, ACK, pacing timer), lingering ~1.1.
+    assert lingered < plain / 2, runs
     times = sorted(s.completion_times)
     assert times[len(times) // 2] < 20 * linger, times[len(times) // 2]  # a few lingers, not a backlog
 
