@@ -281,60 +281,88 @@ def test_fabriclab_pollskip_epoll_0_reaches_the_daemons(monkeypatch):
 # Wake-up moderation: while packets come densely a poll() first sleeps its linger, then answers with all
 # that came meanwhile; a sparse wake-up (or no linger asked for) answers at once with what woke it, and so
 # does a ping's reply, which comes soon after its request but among sparse traffic.
+# Arrivals are timerfds' expiries, timed by the kernel from the poll's start, so that a thread that stalls
+# (a loaded machine, a hypervisor's steal) cannot move them: a wait that lingers sleeps the whole linger
+# (it took >= LINGER) and then finds everything that expired by then, even what came 5 ms before its end.
+# The lingering run asks for 50 ms, the most pollskip.c accepts (its LINGER_MAX_US), which leaves a wait
+# that answers at once (woken 5 ms in) 40 ms to return before the next arrival. Dense is "the last wake-up
+# by I/O less than four lingers (200 ms) ago and a mean gap between them under that".
+LINGER_US = 50000
 LINGER_CHILD = textwrap.dedent("""
-    import select, socket, threading, time
+    import ctypes, os, select, sys, time
 
-    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in range(10)]
-    rx = [b for _, b in pairs]
+    LINGER = %(linger)s
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Timespec(ctypes.Structure):
+        _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+    class Itimerspec(ctypes.Structure):
+        _fields_ = [("interval", Timespec), ("value", Timespec)]
+
+    def timerfd():
+        fd = libc.timerfd_create(time.CLOCK_MONOTONIC, os.O_NONBLOCK | os.O_CLOEXEC)
+        assert fd >= 0, os.strerror(ctypes.get_errno())
+        return fd
+
+    def arm(fd, at):
+        # Readable from `at` on (time.monotonic's clock, TFD_TIMER_ABSTIME); 0: disarmed, and not readable.
+        spec = Itimerspec(Timespec(0, 0), Timespec(*divmod(round(at * 1e9), 10**9)))
+        assert libc.timerfd_settime(fd, 1 if at else 0, ctypes.byref(spec), None) == 0, os.strerror(ctypes.get_errno())
+
+    fds = [timerfd() for _ in range(10)]  # 8 descriptors or more: the poll runs on epoll
     p = select.poll()
-    for b in rx:
-        b.setblocking(False)
-        p.register(b, select.POLLIN)
+    for fd in fds:
+        p.register(fd, select.POLLIN)
 
-    def woken_by(*sends):
-        # Each (delay s, pair): sent from another thread; returns (pairs ready, seconds the poll took).
-        for delay, i in sends:
-            threading.Timer(delay, pairs[i][0].send, (b"x",)).start()
+    def woken_by(*arrivals):
+        # Each (delay s, descriptor): readable `delay` after the poll starts. Returns (descriptors ready,
+        # seconds the poll took), every timer disarmed again.
         t0 = time.monotonic()
-        ready = sorted(i for i, b in enumerate(rx) if b.fileno() in {fd for fd, _ in p.poll(5000)})
+        for delay, i in arrivals:
+            arm(fds[i], t0 + delay)
+        got = {fd for fd, _ in p.poll(5000)}
         took = time.monotonic() - t0
-        time.sleep(0.06)  # every send has landed; a poll, then read all (an empty poll's reads are skipped)
-        p.poll(0)
-        for b in rx:
-            try:
-                b.recv(10)
-            except BlockingIOError:
-                pass
+        for fd in fds:
+            arm(fd, 0)
+        ready = sorted(i for i, fd in enumerate(fds) if fd in got)
+        print(f"{arrivals}: {ready} in {took * 1000:.1f} ms", file=sys.stderr)  # shown when the test fails
         return ready, took
 
     p.poll(0)
-    for _ in range(3):  # wake-ups by I/O ~70 ms apart: dense against a 25 ms linger (under four lingers)
+    # Wake-ups by I/O 10-50 ms apart, one right after another: dense against a 50 ms linger (four lingers:
+    # 200 ms). The first gap seeds the mean and each later one moves it an eighth of the way, so it takes a
+    # stall of ~400 ms in the first gap, or of more than a second in a later one, to make them sparse.
+    for _ in range(8):
         woken_by((0.01, 1))
-    ready, took = woken_by((0.005, 2), (0.009, 3))
-    print("dense", ready, took >= 0.025)
-    time.sleep(0.2)
-    ready, took = woken_by((0.005, 4), (0.03, 5))  # 250 ms of silence first: sparse
-    print("sparse", ready, took < 0.025)
+    ready, took = woken_by((0.005, 2), (0.045, 3))
+    print("dense", ready, took >= LINGER)
+    # 1.5 s of silence: sparse (more than four lingers since the last wake-up). The same arrivals as the
+    # dense wait's are answered at once. That gap also lifts the mean to over 1.5 s / 8 whatever it was.
+    time.sleep(1.5)
+    ready, took = woken_by((0.005, 4), (0.045, 5))
+    print("sparse", ready, took < LINGER)
     replies = []
-    for _ in range(4):  # pings: a request after 250 ms, its reply soon after: recent, but sparse on average
-        time.sleep(0.25)
+    for _ in range(4):  # pings: a request after 400 ms, its reply soon after: recent, but sparse on average
+        # (every gap at least what its sleeps make it, the mean stays over 200 ms: ~215 ms at least)
+        time.sleep(0.4)
         woken_by((0.005, 6))
         ready, took = woken_by((0.005, 7))
-        replies.append(took < 0.025)
+        replies.append(took < LINGER)
     print("pings answered at once", replies)
-""")
+""") % {"linger": LINGER_US / 1e6}
 
 
-@pytest.mark.parametrize(("linger", "dense"), [("25000", "[2, 3]"), ("0", "[2]")])
+@pytest.mark.parametrize(("linger", "dense"), [(str(LINGER_US), "[2, 3]"), ("0", "[2]")])
 def test_a_wait_among_dense_traffic_lingers_first_and_gathers_what_came_meanwhile(linger, dense):
     env = {**os.environ, "LD_PRELOAD": _built(), "FABRICLAB_POLLSKIP_LINGER_US": linger}
     env.pop("FABRICLAB_POLLSKIP_EPOLL", None)
     out = subprocess.run([sys.executable, "-c", LINGER_CHILD], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.split("\n")[:-1]
-    assert lines[0] == f"dense {dense} {linger != '0'}", out.stdout
-    assert lines[1] == "sparse [4] True", out.stdout
-    assert lines[2] == "pings answered at once [True, True, True, True]", out.stdout
+    assert lines[0] == f"dense {dense} {linger != '0'}", out.stdout + out.stderr
+    assert lines[1] == "sparse [4] True", out.stdout + out.stderr
+    assert lines[2] == "pings answered at once [True, True, True, True]", out.stdout + out.stderr
 
 
 def test_the_linger_is_sized_to_the_switch_links_and_the_environment_overrides_it(monkeypatch):

@@ -25,7 +25,12 @@ def test_one_run_over_loopback_counts_packets_and_cpu() -> None:
     r = eb.run_case(1500, rate_mbps=20.0, seconds=1.0, delay_s=0.0002)
     assert r.completed and r.link_drops == 0
     assert r.data_delivered > 1000 and 0 < r.acks_delivered < r.data_delivered
-    assert r.goodput_mbps == pytest.approx(20.0 * 1472 / 1514, rel=0.25)
+    # The link serializes every DATA datagram at 20 Mb/s, framing counted, and the transfer ends with the
+    # last one's ACK: goodput (application bytes, fewer than the datagrams') cannot exceed the link's
+    # payload rate (19.4 Mb/s; ~18.8 measured, the transport's headers). Below it only by stalls of the
+    # endpoints or of the relay in this process: a ~0.9 s transfer, so the floor allows ~2 s of them.
+    wire_payload_mbps = 20.0 * 1472 / (1472 + eb.FRAME_OVERHEAD)
+    assert 0.3 * wire_payload_mbps <= r.goodput_mbps <= 1.01 * wire_payload_mbps, r
     for side in (r.sender, r.receiver):
         assert side.cpu_run_s is not None and side.cpu_run_s > 0
         assert side.us_per_packet == pytest.approx(side.cpu_run_s / (r.data_delivered + r.acks_delivered) * 1e6,

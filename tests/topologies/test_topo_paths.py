@@ -18,6 +18,7 @@ from topologies import (
     link_at,
     next_hops,
     path_count,
+    paths,
     routing_table,
     shortest_path_length,
     spines_on_paths,
@@ -183,10 +184,33 @@ def test_fast_for_a_k8_fat_tree() -> None:
     assert len(table["p1e1"]["h128"]) == 4 and len(table["p1a1"]["h128"]) == 4 and len(table["c1"]["h128"]) == 1
 
 
-def test_fast_for_a_hundred_switches() -> None:
+def test_fast_for_a_hundred_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fast because of how little it does: one breadth-first search per host (not one per switch and host,
+    # nor per pair of hosts), then one look at a switch's ports per entry of the table. That is counted, so
+    # it holds on any machine (~0.4 s here, ~2 s on a slow VM); the wall-clock bound only guards a hang.
     topo = leaf_spine(spines=16, leaves=84, hosts_per_leaf=4)
+    searched: list[str] = []
+    looked: list[tuple[str, str]] = []
+    search, look = paths.distances, paths._steps
+
+    def counted_search(topo: Topology, target: str, down_links=paths.NO_LINKS) -> dict[str, int]:
+        searched.append(target)
+        return search(topo, target, down_links)
+
+    def counted_look(graph, here: str, dst: str, dist: dict[str, int], down) -> list[tuple[Link, str]]:
+        looked.append((here, dst))
+        return look(graph, here, dst, dist, down)
+
+    monkeypatch.setattr(paths, "distances", counted_search)
+    monkeypatch.setattr(paths, "_steps", counted_look)
     start = time.perf_counter()
     table = routing_table(topo)
+    took = time.perf_counter() - start
+    monkeypatch.undo()
+    hosts, switches = [h.name for h in topo.hosts], [s.name for s in topo.switches]
+    assert len(hosts) == 336 and len(switches) == 100
+    assert sorted(searched) == sorted(hosts)  # each host's search once, and nothing else searched
+    assert sorted(looked) == sorted((s, h) for s in switches for h in hosts)  # each entry's ports once
     assert len(equal_cost_paths(topo, "h1", f"h{84 * 4}")) == 16
-    assert time.perf_counter() - start < 2.0
     assert len(table["leaf1"]["h5"]) == 16
+    assert took < 30.0, f"routing_table took {took:.1f} s"

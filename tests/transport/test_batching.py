@@ -16,6 +16,7 @@ from transport.core import wire
 from transport.core.config import ConfigError, TransportConfig
 from transport.core.wire import AckPacket, decode
 from transport.io.endpoint import Receiver, Sender, Workload, payload_seq
+from transport.io.eventloop import read_stamped_batch
 from transport.sim.simnet import PathSpec, run_transfer
 
 from .conftest import make_pair
@@ -112,7 +113,10 @@ def test_receiver_defers_reads_while_one_connection_holds_an_ack() -> None:
 
 def test_deferred_reads_answer_every_packet_with_one_ack() -> None:
     """The loop sleeps through a batch held for coalescing and its ACK still covers every packet."""
-    r = Receiver(TransportConfig(ack_delay=0.05, ack_batch=16), bind="127.0.0.1", port=0, duration=0.4)
+    # The six packets come 5 ms apart and the ACK is held 200 ms from the first's arrival: all six are in
+    # its batch unless the feeder stalls for ~175 ms. The loop runs 0.6 s, so the ACK (at ~0.2 s) leaves
+    # within it even when the first packet comes ~0.4 s late.
+    r = Receiver(TransportConfig(ack_delay=0.2, ack_batch=16), bind="127.0.0.1", port=0, duration=0.6)
     r.open()
     c = _client(r)
     c.settimeout(2.0)
@@ -143,7 +147,7 @@ def test_deferred_reads_answer_every_packet_with_one_ack() -> None:
         with pytest.raises(TimeoutError):
             acks.append(decode(c.recv(2048)))
         assert acks[0].cum_psn == 6  # one ACK for all six packets
-        assert acks[0].ack_psn == 0 and acks[0].ack_delay >= 40_000  # echoing the first, held ~50 ms
+        assert acks[0].ack_psn == 0 and acks[0].ack_delay >= 190_000  # echoing the first, held ~200 ms
         assert any(wakes), "the loop deferred its reads"
         assert r.datagrams_received == 6
     finally:
@@ -259,8 +263,18 @@ def _stamped_receiver() -> Iterator[tuple[Receiver, socket.socket]]:
         if not r._stamped:
             pytest.skip("this kernel does not stamp datagrams (SO_TIMESTAMPNS)")
         # Linux turns receive stamping on from a work queue (net_enable_timestamp) when no socket had
-        # it: a datagram that arrives before then is stamped when it is read.
-        time.sleep(0.05)
+        # it: a datagram that arrives before then is stamped when it is read. Wait until it is on: a
+        # probe read 5 ms after it was sent, read from the socket directly (the receiver never sees it),
+        # is stamped on arrival (5 ms before the read) rather than at the read (after it).
+        give_up = time.monotonic() + 5.0
+        while True:
+            c.send(b"probe")
+            time.sleep(0.005)
+            reading = time.monotonic()
+            _batch, times, _reads = read_stamped_batch(r.sock.recvmsg, 2048)
+            if times and times[0] < reading - 0.001:
+                break
+            assert time.monotonic() < give_up, "the kernel did not start stamping arrivals"
         yield r, c
     finally:
         c.close()
@@ -272,12 +286,13 @@ def test_a_coalescing_receiver_hands_the_core_each_packets_arrival_time() -> Non
     ACK's deadline runs from the arrival, not from the read."""
     with _stamped_receiver() as (r, c):
         sent_at = time.monotonic()
-        c.send(_data(0, count=8, idx=0))
+        c.send(_data(0, count=8, idx=0))  # over loopback it arrives, and is stamped, within the send
+        sent_by = time.monotonic()
         time.sleep(0.08)
         read_at = time.monotonic()
         assert r._handlers[r.sock.fileno()](read_at) == 1
         peer = next(iter(r.peers.values()))
-        assert sent_at - 0.001 <= peer.last <= sent_at + 0.02 < read_at
+        assert sent_at - 0.001 <= peer.last <= sent_by + 0.02 < read_at
         assert peer.conn.get_timer() == pytest.approx(peer.last + 0.05)
         # A message streaming in with no ACK held: sleep until the next batch should be complete
         # (7 of its 8 packets still to come, an ACK per 4).
