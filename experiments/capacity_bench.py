@@ -134,6 +134,21 @@ def bracket(probes: list[Probe]) -> tuple[float | None, float | None]:
     return low, (min(above) if above else None)
 
 
+CPU_REASON = "CPU idle fell"
+
+
+def not_cpu(p: Probe) -> str | None:
+    """Why an untrusted probe was untrusted when the CPU was not (or not only) the reason, in a
+    clause: a failed run's error, or the runner's other verdicts (packets lost outside the queues),
+    each cut before its explanation. None for a trusted probe or one the CPU alone condemned."""
+    if p.trusted:
+        return None
+    if p.error:
+        return p.error.splitlines()[0][:160]
+    other = [r.split(": ", 1)[-1] for r in p.reasons if CPU_REASON not in r]
+    return "; ".join(r.split(" (")[0].split(": ")[0] for r in other) or None
+
+
 def summarise(case: str, isolation: str, traversal: dict[str, Any], probes: list[Probe]) -> CaseResult:
     low, high = bracket(probes)
     best = next((p for p in probes if p.trusted and p.rate_mbps == low), None)
@@ -166,7 +181,8 @@ def run_capacity_bench(cases: list[Case], isolations: list[str], out: Path, star
                         log.exception("probe failed")
                         p = Probe(rate, False, None, None, None, None, error=f"{type(exc).__name__}: {exc}")
                     stolen = p.cpu_steal_max or 0.0
-                    progress(f"  -> {'trusted' if p.trusted else 'untrusted'}, idle min "
+                    why = not_cpu(p)
+                    progress(f"  -> {'trusted' if p.trusted else 'untrusted'}{f' ({why})' if why else ''}, idle min "
                              f"{'-' if p.cpu_idle_min is None else f'{p.cpu_idle_min:.0%}'}"
                              + (f" (the hypervisor stole up to {stolen:.0%})" if stolen >= STEAL_NOTE else ""))
                     return p
@@ -198,6 +214,15 @@ def text_report(result: dict[str, Any]) -> str:
         gp = "-" if at.get("goodput_of_ideal") is None else f"{at['goodput_of_ideal']:.0%}"
         comps = ", ".join("-" if per.get(k) is None else f"{per[k]:g}" for k in COMPONENTS)
         lines.append(f"{c['case']:<12} {c['isolation']:<10} {us:>12} {cap:>17} {gp:>8}  {comps}")
+    for c in result["cases"]:
+        # A verdict the CPU did not give is no capacity figure: say what gave it, once per case.
+        probes = [Probe(**p) for p in c["probes"]]
+        first = next((p for p in probes if not p.trusted and (c["capacity_mbps"] is None
+                                                              or p.rate_mbps > c["capacity_mbps"])), None)
+        why = not_cpu(first) if first else None
+        if why:
+            lines.append(f"{c['case']} ({c['isolation']}) at {_fmt(first.rate_mbps)} Mb/s was untrusted for "
+                         f"another reason than the CPU: {why}.")
     stolen = [(c["case"], p["rate_mbps"], p["cpu_steal_max"]) for c in result["cases"] for p in c["probes"]
               if (p.get("cpu_steal_max") or 0.0) >= STEAL_NOTE]
     if stolen:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.capacity_bench import CASES, Probe, bracket, search, summarise, text_report
+from experiments.capacity_bench import CASES, Probe, bracket, not_cpu, search, summarise, text_report
 from topologies import parse_spec
 
 
@@ -67,3 +67,31 @@ def test_every_case_is_a_valid_fabric_at_any_rate():
         for rate in (0.5, 4.0, 37.3):
             topo = parse_spec(case.spec(rate))
             assert topo.hosts and topo.switches
+
+
+DROPS = ("spray: 133 packets were lost outside the shaped queues (socket buffers, OVS itself, or sent and never "
+         "received with no queue dropping them): the hosts or switches could not keep up; lower the rates")
+CPU = ("spray: CPU idle fell to 18% (under 35%): the emulator, not the fabric, may be the bottleneck; lower the "
+       "link rates or the number of flows")
+
+
+def test_a_verdict_the_cpu_did_not_give_is_named_in_a_clause():
+    assert not_cpu(Probe(4.0, False, 0.1, 1.0, 0.9, 100, reasons=[CPU])) is None
+    assert not_cpu(Probe(4.0, True, 0.5, 1.0, 0.9, 100)) is None
+    assert not_cpu(Probe(4.0, False, 0.83, 1.0, 0.8, 100, reasons=[DROPS])) == (
+        "133 packets were lost outside the shaped queues")
+    assert not_cpu(Probe(4.0, False, 0.2, 1.0, 0.8, 100, reasons=[CPU, DROPS])) == (
+        "133 packets were lost outside the shaped queues")
+    failed = Probe(1.0, False, None, None, None, None, error="no metrics from the senders: no reply\ntrace")
+    assert not_cpu(failed) == "no metrics from the senders: no reply"
+
+
+def test_the_report_says_when_a_case_was_untrusted_for_another_reason_than_the_cpu():
+    probes = [Probe(r, False, 0.8, 1.0, 0.8, 100, reasons=[DROPS]) for r in (4.0, 2.0, 1.0)]
+    text = text_report({"cases": [summarise("4x4x4-9000", "shared", {"us_per_traversal": 90.0}, probes).to_dict()]})
+    assert "none" in text
+    assert ("4x4x4-9000 (shared) at 4 Mb/s was untrusted for another reason than the CPU: 133 packets were lost "
+            "outside the shaped queues.") in text
+    run, _ = _fabric_trusted_below(10.0)
+    row = summarise("demo", "per-switch", {"us_per_traversal": 70.0}, search(run, 4.0, 0.25, 256.0, 1))
+    assert "another reason" not in text_report({"cases": [row.to_dict()]})
