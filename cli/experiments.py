@@ -109,8 +109,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--cases", type=_case_names, default=None, metavar="NAME,...",
                    help="fabrics to measure (default: all): " + ", ".join(c.name for c in capacity_cases()))
     p.add_argument("--quick", action="store_true", help="only the demo and 4x4x4-1500, one bisection step")
-    p.add_argument("--switch-daemons", choices=("both", "per-switch", "shared"), default="both",
-                   help="which way of running the switches to measure (default: %(default)s)")
+    p.add_argument("--switch-daemons", choices=("both", "all", "per-switch", "private", "shared"), default="both",
+                   help="which way of running the switches to measure: both is shared and per-switch, all adds "
+                   "private (one Open vSwitch of the fabric's own for every switch) (default: %(default)s)")
     p.add_argument("--start", type=positive_float, default=4.0, metavar="MBPS",
                    help="first per-host rate to try (default: %(default)s)")
     p.add_argument("--steps", type=nonneg_int, default=2, metavar="N",
@@ -304,7 +305,8 @@ def cmd_bench_capacity(args: argparse.Namespace) -> int:
 
     names = args.cases or (capacity_bench.QUICK if args.quick else tuple(c.name for c in capacity_bench.CASES))
     cases = [c for c in capacity_bench.CASES if c.name in names]
-    isolations = list(capacity_bench.ISOLATIONS) if args.switch_daemons == "both" else [args.switch_daemons]
+    isolations = {"both": list(capacity_bench.ISOLATIONS), "all": [*capacity_bench.ISOLATIONS, "private"]}.get(
+        args.switch_daemons, [args.switch_daemons])
     signal.signal(signal.SIGTERM, raise_terminated)
     result = capacity_bench.run_capacity_bench(
         cases, isolations, args.out, start=args.start, steps=1 if args.quick else args.steps,

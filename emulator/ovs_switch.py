@@ -13,6 +13,14 @@ the bridges' management sockets would land in the main instance's run directory)
 controller over a unix socket in the run's directory: nothing outside the machine can reach it, and it
 needs no address in the namespace. Nothing is shared with the system's own Open vSwitch, which may be
 absent or stopped. The kernel datapath keeps one daemon (its forwarding is not done by polling).
+
+A group of switches can share one such daemon and one namespace instead (`leader`): the first switch
+of the group is made as above and runs the daemon with every member's bridge; the others' shells join
+its namespace (`mnexec -a`), so their links' ends, their shaping and their faults land there by the
+same commands, and their bridges' management sockets are in the leader's directory. With pollskip's
+epoll and wake-up moderation (emulator/native/pollskip.c) a wake-up no longer pays for every port it
+holds, and one warm process forwards for the whole fabric at less CPU per packet than a cold daemon
+per switch (emulator/network.py, ISOLATIONS).
 """
 
 from __future__ import annotations
@@ -44,10 +52,11 @@ class IsolatedOVSSwitch(Switch):
 
     def __init__(self, name: str, workdir: str, controller: str, mark: tuple[str, str] = ("", ""),
                  mtu: int | None = None, protocols: str = "OpenFlow13", linger: int = 0,
-                 **params: Any) -> None:
+                 leader: IsolatedOVSSwitch | None = None, **params: Any) -> None:
         params["inNamespace"] = True
+        self.leader = leader  # startShell, called by Node's constructor, reads it
         super().__init__(name, **params)
-        self.dir = instance_dir(workdir, name)
+        self.dir = instance_dir(workdir, leader.name if leader else name)
         self.controller_socket = controller
         self.mark = mark
         self.mtu = mtu
@@ -56,6 +65,17 @@ class IsolatedOVSSwitch(Switch):
         for path in (self.db_socket, self.mgmt_socket, str(self.dir / "controller.sock")):
             if len(path) > _MAX_SOCKET_PATH:
                 raise EmulatorError(f"socket path {path} is too long for a unix socket; set TMPDIR shorter")
+
+    def startShell(self, mnopts: str | None = None) -> None:
+        """A group member's shell joins its leader's network namespace instead of making one."""
+        if self.leader is None:
+            super().startShell(mnopts)
+            return
+        self.inNamespace = False  # or Node.startShell asks mnexec for a new namespace as well
+        try:
+            super().startShell(f"-cda{self.leader.pid}")
+        finally:
+            self.inNamespace = True
 
     # -- names -------------------------------------------------------------------------------------
     @property
@@ -75,9 +95,8 @@ class IsolatedOVSSwitch(Switch):
         return daemon_pids(self.dir)
 
     # -- start -------------------------------------------------------------------------------------
-    def start_script(self) -> str:
-        d = shlex.quote(str(self.dir))
-        env = f"export OVS_RUNDIR={d} OVS_DBDIR={d} OVS_LOGDIR={d} OVS_SYSCONFDIR={d}"
+    def bridge_args(self) -> list[str]:
+        """ovs-vsctl arguments that make this switch's bridge, its ports and its controller."""
         bridge = [
             "--", "add-br", self.name,
             "--", "set", "bridge", self.name, "datapath_type=netdev", "fail_mode=secure",
@@ -96,21 +115,32 @@ class IsolatedOVSSwitch(Switch):
                 bridge.append(f"mtu_request={self.mtu}")
         # OVS connects to a unix socket only inside its own run directory; a link there reaches the
         # controller's socket.
+        return [*bridge, "--", "set-controller", self.name, f"unix:{self.dir / 'controller.sock'}",
+                "--", "set", "controller", self.name, f"max_backoff={RECONNECT_MS}"]
+
+    def link_setup(self) -> list[str]:
+        """Quiet links: IPv6 would chatter across the fabric; jumbo frames need the veth ends too."""
+        pre = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"]
+        if self.mtu:
+            pre += [f"ip link set dev {shlex.quote(i.name)} mtu {self.mtu}" for i in self.intfList()
+                    if i.name != "lo"]
+        return pre
+
+    def start_script(self, members: Sequence[IsolatedOVSSwitch] = ()) -> str:
+        """The shell steps that start this switch's daemons with its bridge and those of `members`
+        (the other switches of its group, whose shells share its namespace)."""
+        d = shlex.quote(str(self.dir))
+        env = f"export OVS_RUNDIR={d} OVS_DBDIR={d} OVS_LOGDIR={d} OVS_SYSCONFDIR={d}"
+        bridges = [a for sw in (self, *members) for a in sw.bridge_args()]
         link = self.dir / "controller.sock"
-        bridge += ["--", "set-controller", self.name, f"unix:{link}",
-                   "--", "set", "controller", self.name, f"max_backoff={RECONNECT_MS}"]
         steps = [
             f"mkdir -p {d}",
             f"ln -sfn {shlex.quote(self.controller_socket)} {shlex.quote(str(link))}",
             env,
             *start_commands(str(self.dir), db_socket=f"{self.dir}/db.sock", linger=self.linger),
-            f"ovs-vsctl --db=unix:{d}/db.sock --timeout=30 " + " ".join(shlex.quote(a) for a in bridge),
+            f"ovs-vsctl --db=unix:{d}/db.sock --timeout=30 " + " ".join(shlex.quote(a) for a in bridges),
         ]
-        # Quiet links: IPv6 would chatter across the fabric; jumbo frames need the veth ends too.
-        pre = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"]
-        if self.mtu:
-            pre += [f"ip link set dev {shlex.quote(i.name)} mtu {self.mtu}" for i in self.intfList()
-                    if i.name != "lo"]
+        pre = [c for sw in (self, *members) for c in sw.link_setup()]
         return " ; ".join(pre) + " ; " + " && ".join(steps) + f" && echo {_OK}"
 
     def start(self, controllers: Sequence[Any]) -> None:
@@ -119,16 +149,21 @@ class IsolatedOVSSwitch(Switch):
 
     @classmethod
     def batchStartup(cls, switches: Sequence[IsolatedOVSSwitch], run: Any = None) -> list[IsolatedOVSSwitch]:
-        """Start every switch's daemons at once: each node's shell runs its own script, in parallel."""
+        """Start every group's daemons at once: each leader's shell runs its own script, in parallel."""
+        leaders = [sw for sw in switches if sw.leader is None]
+        members: dict[str, list[IsolatedOVSSwitch]] = {sw.name: [] for sw in leaders}
         for sw in switches:
+            if sw.leader is not None:
+                members[sw.leader.name].append(sw)
+        for sw in leaders:
             # Run from a file: a node's shell reads its commands through a terminal, whose line
             # discipline cuts a line at 4,095 bytes, and a switch with a few dozen ports needs more.
             sw.dir.mkdir(parents=True, exist_ok=True)
             script = sw.dir / "start.sh"
-            script.write_text(sw.start_script() + "\n")
+            script.write_text(sw.start_script(members[sw.name]) + "\n")
             sw.sendCmd(f"bash {shlex.quote(str(script))}")
         failed = []
-        for sw in switches:
+        for sw in leaders:
             out = sw.waitOutput()
             if _OK not in out:
                 failed.append(f"{sw.name}: {out.strip()[-300:] or 'no output'}")
@@ -143,7 +178,8 @@ class IsolatedOVSSwitch(Switch):
     @classmethod
     def batchShutdown(cls, switches: Sequence[IsolatedOVSSwitch], run: Any = None) -> list[IsolatedOVSSwitch]:
         for sw in switches:
-            stop_daemons(sw.pids().values(), str(sw.dir))
+            if sw.leader is None:
+                stop_daemons(sw.pids().values(), str(sw.dir))
         for sw in switches:
             # The links' switch ends go with the namespace; deleting them one by one would cost a
             # command each.

@@ -91,7 +91,7 @@ class ClusterFabric(Fabric):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.isolation == "per-switch":
+        if self.isolation in ("per-switch", "private"):
             raise EmulatorError("a cluster fabric runs one Open vSwitch per server; drop --switch-daemons")
         self.isolation = "shared"
         self.ssh_config: str | None = None

@@ -28,7 +28,8 @@ def test_context_manager_tears_down():
         assert fab.api.health()["ready"]
         live = new_leftovers()
         assert live["ovs_daemons"] and live["mininet_shells"] and live["controllers"] and live["run_records"]
-        assert len(live["ovs_daemons"]) == 2 * len(fab.topology.switches)  # a database and a switch each
+        assert fab.isolation == "private"  # the userspace datapath's default
+        assert len(live["ovs_daemons"]) == 2  # a database and a switch daemon for every switch
     assert_no_leftovers()
     assert fab.timings.bring_up_s > 0 and fab.timings.teardown_s > 0
 
@@ -62,6 +63,7 @@ def test_up_tears_down_on_signal(tmp_path, sig):
 
 # What a killed run leaves for `clean` to find, and the line clean prints for it, per kind of switch daemon.
 KILL_LEFTOVERS = {"per-switch": ("ovs_daemons", "removed Open vSwitch daemon"),
+                  "private": ("ovs_daemons", "removed Open vSwitch daemon"),
                   "shared": ("bridges", "removed bridge")}
 
 
@@ -111,4 +113,18 @@ def test_up_restarts_a_controller_that_dies(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+    assert_no_leftovers()
+
+
+@pytest.mark.parametrize("isolation", ["private", "per-switch"])
+def test_each_way_of_running_private_daemons_forwards(isolation):
+    """One daemon for the fabric puts every switch in one namespace; one per switch, each in its own.
+    Either way the fabric forwards, and leaves nothing."""
+    with Fabric(parse_spec(SMALL), isolation=isolation) as fab:
+        switches = [s.name for s in fab.topology.switches]
+        namespaces = {os.readlink(f"/proc/{fab.net[s].pid}/ns/net") for s in switches}
+        assert len(namespaces) == (1 if isolation == "private" else len(switches))
+        assert len(fab.ovs_pids()) == (1 if isolation == "private" else len(switches))
+        out = fab.host("h1").cmd(f"ping -c 3 -i 0.2 -W 2 {fab.ip('h2')}")
+        assert " 0% packet loss" in out, out
     assert_no_leftovers()
