@@ -103,15 +103,15 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         description="For the demo's fabric, 4x4x4 leaf-spine at 1500 and 9000 bytes, and fat-tree k=4 and k=8: "
         "what one switch traversal costs Open vSwitch, and, found by bisection over real runs, the highest "
         "per-host link rate at which the sprayed permutation of ecmp-vs-spray stays trusted (CPU idle min >= "
-        "35 %), with CPU seconds per million delivered packets per component at that rate. By default both "
-        "ways of running the switches are measured side by side: a private Open vSwitch per switch and one "
-        "shared daemon. The full bench takes about an hour; --quick about ten minutes.")
+        "35 %), with CPU seconds per million delivered packets per component at that rate. By default two "
+        "ways of running the switches are measured side by side: the fabric's own Open vSwitch (the default) "
+        "and the system's shared daemon. The full bench takes about an hour; --quick about ten minutes.")
     p.add_argument("--cases", type=_case_names, default=None, metavar="NAME,...",
                    help="fabrics to measure (default: all): " + ", ".join(c.name for c in capacity_cases()))
     p.add_argument("--quick", action="store_true", help="only the demo and 4x4x4-1500, one bisection step")
     p.add_argument("--switch-daemons", choices=("both", "all", "per-switch", "private", "shared"), default="both",
-                   help="which way of running the switches to measure: both is shared and per-switch, all adds "
-                   "private (one Open vSwitch of the fabric's own for every switch) (default: %(default)s)")
+                   help="which way of running the switches to measure: both is shared and private (the "
+                   "default way), all adds per-switch (a daemon per switch) (default: %(default)s)")
     p.add_argument("--start", type=positive_float, default=4.0, metavar="MBPS",
                    help="first per-host rate to try (default: %(default)s)")
     p.add_argument("--steps", type=nonneg_int, default=2, metavar="N",
@@ -305,7 +305,7 @@ def cmd_bench_capacity(args: argparse.Namespace) -> int:
 
     names = args.cases or (capacity_bench.QUICK if args.quick else tuple(c.name for c in capacity_bench.CASES))
     cases = [c for c in capacity_bench.CASES if c.name in names]
-    isolations = {"both": list(capacity_bench.ISOLATIONS), "all": [*capacity_bench.ISOLATIONS, "private"]}.get(
+    isolations = {"both": list(capacity_bench.ISOLATIONS), "all": [*capacity_bench.ISOLATIONS, "per-switch"]}.get(
         args.switch_daemons, [args.switch_daemons])
     signal.signal(signal.SIGTERM, raise_terminated)
     result = capacity_bench.run_capacity_bench(

@@ -1,7 +1,8 @@
 """`fabriclab bench capacity`: how fast can each fabric run and stay trusted, and what does a packet cost?
 
 For each fabric shape (the demo's, 4x4x4 leaf-spine at 1500 and 9000 bytes, fat-tree k=4 and k=8) and
-each way of running its switches (a private Open vSwitch per switch, or one shared daemon), it
+each way of running its switches (the fabric's own Open vSwitch, a private one per switch, or the
+system's shared daemon), it
 
 - measures what one switch traversal costs Open vSwitch (`emulator.traversal`: paced UDP across the
   fabric, vswitchd CPU over packets received by all switches);
@@ -52,7 +53,7 @@ CASES: tuple[Case, ...] = (
     Case("fat-tree-k8", "fat-tree:k=8,rate={rate},mtu=9000"),
 )
 QUICK = ("demo", "4x4x4-1500")
-ISOLATIONS = ("shared", "per-switch")
+ISOLATIONS = ("shared", "private")  # the system's daemon against the default; "all" adds per-switch
 
 
 def _fmt(x: float) -> str:
