@@ -104,8 +104,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "what one switch traversal costs Open vSwitch, and, found by bisection over real runs, the highest "
         "per-host link rate at which the sprayed permutation of ecmp-vs-spray stays trusted (CPU idle min >= "
         "35 %), with CPU seconds per million delivered packets per component at that rate. By default two "
-        "ways of running the switches are measured side by side: the fabric's own Open vSwitch (the default) "
-        "and the system's shared daemon. The full bench takes about an hour; --quick about ten minutes.")
+        "ways of running the switches are measured side by side: the fabric's own Open vSwitch daemons (the "
+        "default) and the system's shared daemon. The full bench takes about an hour; --quick about ten minutes.")
     p.add_argument("--cases", type=_case_names, default=None, metavar="NAME,...",
                    help="fabrics to measure (default: all): " + ", ".join(c.name for c in capacity_cases()))
     p.add_argument("--quick", action="store_true", help="only the demo and 4x4x4-1500, one bisection step")

@@ -75,11 +75,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--hold", type=float, default=None, metavar="S",
                    help="tear down after S seconds instead of waiting for Ctrl-C")
     p.add_argument("--switch-daemons", choices=ISOLATIONS, default=None,
-                   help="private: one Open vSwitch of the fabric's own, in a namespace of its own, forwards for "
-                   "every switch (the default on the userspace datapath: the least CPU per packet, see the "
-                   "README's capacity section); per-switch: each switch runs its own Open vSwitch in its own "
-                   "namespace; shared: every switch a bridge of the system's daemon (the default on the kernel "
-                   f"datapath). "
+                   help="private: Open vSwitch daemons of the fabric's own, each forwarding for a group of up to "
+                   "8 switches in a namespace of its own (the default on the userspace datapath: the least CPU "
+                   "per packet, see the README's capacity section); per-switch: each switch runs its own "
+                   "Open vSwitch in its own namespace; shared: every switch a bridge of the system's daemon "
+                   "(the default on the kernel datapath). "
                    f"Other commands follow {ISOLATION_ENV}")
     p.set_defaults(func=cmd_up)
 

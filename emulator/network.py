@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shlex
 import shutil
@@ -39,13 +40,24 @@ log = logging.getLogger(__name__)
 MODES = ROUTING_MODES
 # How switches map onto Open vSwitch daemons: one private daemon per switch in the switch's own
 # namespace (see emulator.ovs_switch: a traversal then costs the same in any fabric); one private daemon
-# for the whole fabric in a namespace of its own, with the same preloads (pollskip's epoll answers a
-# wake-up at the cost of what is ready, not of every port, and one warm process beats many cold ones:
-# on the 4x4x4 leaf-spine at 1500 bytes and 4 Mb/s, OVS 68-75 against 97-105 µs per delivered packet);
+# for each group of switches (below), the group in a namespace of its own, with the same preloads
+# (pollskip's epoll answers a wake-up at the cost of what is ready, and a few warm processes beat many
+# cold ones: on the 4x4x4 leaf-spine at 1500 bytes and 4.76 Mb/s, OVS 76-83 µs per delivered packet
+# with the 8 switches in one daemon against 101-106 with a daemon each);
 # or every bridge in the system's one daemon (right for the kernel datapath, whose forwarding is not
 # done by polling).
 ISOLATIONS = ("per-switch", "private", "shared")
 PRIVATE_DAEMONS = ("per-switch", "private")
+# How many switches, in the topology's order, share one private daemon at most. A daemon's turn still
+# costs something per port it holds (the datapath tries each), so sparse traffic (a packet a wake-up) on
+# a very large fabric paid for all of them: a lone paced flow cost 431-1,215 µs per traversal on the
+# k=8 fat-tree with its 80 switches in one daemon, 289 with 8 a daemon, against 50 on the demo. And a
+# daemon forwards on one thread, so a fabric gets at least as many daemons as the machine has CPUs.
+# Sprayed permutations, OVS CPU per delivered packet: k=8 at 1 Mb/s 247-256 µs with 8 a daemon, 285-292
+# with 4, 279 with all 80; 4x4x4 leaf-spine at 5.66 Mb/s 64-65 with 4 a daemon (two daemons), 82-85
+# with all 8 in one.
+SWITCHES_PER_DAEMON = 8
+SWITCHES_PER_DAEMON_ENV = "FABRICLAB_SWITCHES_PER_DAEMON"
 # Overrides the default for every fabric a process brings up (benchmarks compare the two this way).
 ISOLATION_ENV = "FABRICLAB_SWITCH_DAEMONS"
 
@@ -58,6 +70,18 @@ class FabricTimings:
 
 
 ROOT_NAMESPACE = ""  # key of the root namespace among per-node command batches
+
+
+def switches_per_daemon(switches: int = 0) -> int:
+    """How many of a fabric's `switches` share a private daemon: what FABRICLAB_SWITCHES_PER_DAEMON says
+    (a positive whole number), else SWITCHES_PER_DAEMON or fewer, so that there are at least as many
+    daemons as CPUs."""
+    raw = os.environ.get(SWITCHES_PER_DAEMON_ENV, "").strip()
+    if not raw:
+        return max(1, min(SWITCHES_PER_DAEMON, math.ceil(switches / (os.cpu_count() or 1))))
+    if not raw.isdigit() or int(raw) < 1:
+        raise EmulatorError(f"{SWITCHES_PER_DAEMON_ENV}={raw}: give a whole number of switches, 1 or more")
+    return int(raw)
 
 
 def _root_runner(cmd: list[str]) -> tuple[int, str]:
@@ -154,6 +178,8 @@ class Fabric:
                 "use isolation 'shared'"
             )
         self.isolation = isolation
+        if isolation == "private":
+            switches_per_daemon()  # a bad figure fails here, before anything is built
         self.shaper = InterfaceShaper(netem=caps.netem, nft_egress=caps.nft_egress, red_ecn=caps.red_ecn)
         self._check_impairments_supported()
         self._check_no_clash()
@@ -206,6 +232,16 @@ class Fabric:
     def isolated(self) -> bool:
         """The switches run private daemons in namespaces of their own (not the system's daemon)."""
         return self.isolation in PRIVATE_DAEMONS
+
+    def daemon_groups(self) -> list[list[str]]:
+        """The switches that share each private daemon, in the topology's order (empty with the
+        system's daemon): one each per switch, else SWITCHES_PER_DAEMON at a time (or what
+        FABRICLAB_SWITCHES_PER_DAEMON says)."""
+        names = [s.name for s in self.topology.switches]
+        if not self.isolated:
+            return []
+        per = 1 if self.isolation == "per-switch" else switches_per_daemon(len(names))
+        return [names[i:i + per] for i in range(0, len(names), per)]
 
     def _check_impairments_supported(self) -> None:
         assert self.caps is not None
@@ -268,20 +304,18 @@ class Fabric:
                                  inband=False, batch=True)
         net = self.net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False,
                                  autoStaticArp=False, switch=switch_cls, link=MnLink, waitConnected=False)
-        leader = None
+        group = {name: g for g in self.daemon_groups() for name in g}
         for node in self.topology.nodes:
             if node.is_switch:
                 extra: dict[str, Any] = {}
-                if self.isolation == "private":
-                    # One daemon for every switch: it lingers for the fastest link it serves.
-                    rates = [lk.rate_mbps for lk in self.topology.links]
-                    extra = {"linger": linger_us(rates, self.topology.mtu), "leader": leader}
-                elif self.isolated:
-                    rates = [lk.rate_mbps for lk in self.topology.links_of(node.name)]
+                if self.isolated:
+                    # A daemon lingers for the fastest link it serves.
+                    members = group[node.name]
+                    rates = [lk.rate_mbps for m in members for lk in self.topology.links_of(m)]
                     extra = {"linger": linger_us(rates, self.topology.mtu)}
+                    if members[0] != node.name:
+                        extra["leader"] = net[members[0]]
                 net.addSwitch(node.name, dpid=f"{node.dpid:016x}", **extra)
-                if self.isolation == "private" and leader is None:
-                    leader = net[node.name]
             else:
                 net.addHost(node.name, ip=node.ip, mac=node.mac)
             self.state.host_pids.append(net[node.name].pid)
@@ -410,9 +444,8 @@ class Fabric:
 
         deepest = max((lk.queue_packets or port_buffers.DEFAULT_QUEUE_PACKETS for lk in self.topology.links),
                       default=port_buffers.DEFAULT_QUEUE_PACKETS)
-        ports = max((len(self.topology.links_of(s.name)) for s in self.topology.switches), default=1)
-        if self.isolation == "private":  # one daemon sends for every switch
-            ports = sum(len(self.topology.links_of(s.name)) for s in self.topology.switches)
+        # A daemon sends for every switch of its group through one socket.
+        ports = max((sum(len(self.topology.links_of(m)) for m in g) for g in self.daemon_groups()), default=1)
         size = port_buffers.buffer_bytes(deepest, self.topology.mtu, ports)
         # A daemon makes its send socket at its first send: one frame out of each switch first.
         script = []
@@ -457,7 +490,7 @@ class Fabric:
 
     def namespaced_nodes(self) -> list[Any]:
         """Mininet nodes with a network namespace of their own, one node per namespace: the hosts, and
-        the switches when they run private daemons (with one daemon, the first switch)."""
+        the switches when they run private daemons (the first switch of each daemon's group)."""
         names = [n.name for n in self.topology.nodes if not self._in_root_namespace(n.name)]
         return [node for node in (self.net[name] for name in names) if getattr(node, "leader", None) is None]
 

@@ -29,7 +29,8 @@ def test_context_manager_tears_down():
         live = new_leftovers()
         assert live["ovs_daemons"] and live["mininet_shells"] and live["controllers"] and live["run_records"]
         assert fab.isolation == "private"  # the userspace datapath's default
-        assert len(live["ovs_daemons"]) == 2  # a database and a switch daemon for every switch
+        # a database and a switch daemon for each group of switches
+        assert len(live["ovs_daemons"]) == 2 * len(fab.daemon_groups()) < 2 * len(fab.topology.switches)
     assert_no_leftovers()
     assert fab.timings.bring_up_s > 0 and fab.timings.teardown_s > 0
 
@@ -118,13 +119,16 @@ def test_up_restarts_a_controller_that_dies(tmp_path):
 
 @pytest.mark.parametrize("isolation", ["private", "per-switch"])
 def test_each_way_of_running_private_daemons_forwards(isolation):
-    """One daemon for the fabric puts every switch in one namespace; one per switch, each in its own.
-    Either way the fabric forwards, and leaves nothing."""
+    """A daemon for a group of switches puts the group in one namespace; one per switch, each in its
+    own. Either way the fabric forwards, and leaves nothing."""
     with Fabric(parse_spec(SMALL), isolation=isolation) as fab:
         switches = [s.name for s in fab.topology.switches]
+        groups = fab.daemon_groups()
+        assert len(groups) == (2 if isolation == "private" else len(switches))  # this machine has 2 CPUs
+        for group in groups:
+            assert len({os.readlink(f"/proc/{fab.net[s].pid}/ns/net") for s in group}) == 1
         namespaces = {os.readlink(f"/proc/{fab.net[s].pid}/ns/net") for s in switches}
-        assert len(namespaces) == (1 if isolation == "private" else len(switches))
-        assert len(fab.ovs_pids()) == (1 if isolation == "private" else len(switches))
+        assert len(namespaces) == len(fab.ovs_pids()) == len(groups)
         out = fab.host("h1").cmd(f"ping -c 3 -i 0.2 -W 2 {fab.ip('h2')}")
         assert " 0% packet loss" in out, out
     assert_no_leftovers()

@@ -3,6 +3,7 @@ directory only, the controller's unix-socket listener, CPU summed over many daem
 
 from __future__ import annotations
 
+import os
 import shlex
 import socket
 import subprocess
@@ -158,3 +159,37 @@ def test_controller_ports_are_picked_below_the_ephemeral_range():
     if low > LISTEN_PORTS_FROM:
         assert all(LISTEN_PORTS_FROM <= p < low for p in ports)
     assert free_port(avoid=set(range(LISTEN_PORTS_FROM, max(low, LISTEN_PORTS_FROM + 1)))) > 0  # falls back
+
+
+def _groups(spec: str, isolation: str = "private") -> list[list[str]]:
+    from emulator.network import Fabric
+    from topologies import parse_spec
+
+    fab = Fabric(parse_spec(spec), isolation=isolation)
+    fab.isolation = isolation  # what start() settles
+    return fab.daemon_groups()
+
+
+def test_switches_share_daemons_eight_at_most_and_at_least_one_daemon_per_cpu(monkeypatch):
+    monkeypatch.delenv("FABRICLAB_SWITCHES_PER_DAEMON", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert _groups("leaf-spine:spines=4,leaves=4,hosts=1") == [["spine1", "spine2", "spine3", "spine4"],
+                                                               ["leaf1", "leaf2", "leaf3", "leaf4"]]
+    assert [len(g) for g in _groups("fat-tree:k=4")] == [8, 8, 4]
+    assert [len(g) for g in _groups("fat-tree:k=8")] == [8] * 10
+    assert [len(g) for g in _groups("fat-tree:k=4", "per-switch")] == [1] * 20
+    assert _groups("fat-tree:k=4", "shared") == []
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert [len(g) for g in _groups("leaf-spine:spines=2,leaves=2,hosts=1")] == [4]
+
+
+def test_the_group_size_can_be_set_and_a_bad_one_is_refused(monkeypatch):
+    from emulator.errors import EmulatorError
+    from emulator.network import switches_per_daemon
+
+    monkeypatch.setenv("FABRICLAB_SWITCHES_PER_DAEMON", "20")
+    assert [len(g) for g in _groups("fat-tree:k=4")] == [20]
+    for bad in ("0", "-1", "two", "1.5"):
+        monkeypatch.setenv("FABRICLAB_SWITCHES_PER_DAEMON", bad)
+        with pytest.raises(EmulatorError, match=r"FABRICLAB_SWITCHES_PER_DAEMON=.*whole number"):
+            switches_per_daemon(8)
