@@ -502,7 +502,7 @@ class Fabric:
 
     def ovs_pids(self, all_daemons: bool = False) -> list[int]:
         """The ovs-vswitchd processes forwarding this fabric's packets (with all_daemons, their database
-        servers too): one per switch, one for the fabric, or the system's one daemon."""
+        servers too): one per group of switches (daemon_groups), or the system's one daemon."""
         if self.isolated:
             from emulator.ovs_daemons import all_daemon_pids, vswitchd_pids
 

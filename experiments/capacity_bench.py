@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.fidelity import STEAL_NOTE
+from experiments.analysis.fidelity import CPU_REASON, STEAL_NOTE
 from experiments.scenarios import ecmp_vs_spray
 
 log = logging.getLogger(__name__)
@@ -133,9 +133,6 @@ def bracket(probes: list[Probe]) -> tuple[float | None, float | None]:
     low = max(good) if good else None
     above = [p.rate_mbps for p in probes if not p.trusted and (low is None or p.rate_mbps > low)]
     return low, (min(above) if above else None)
-
-
-CPU_REASON = "CPU idle fell"
 
 
 def not_cpu(p: Probe) -> str | None:

@@ -36,7 +36,7 @@ from typing import Any
 from emulator.cluster import nsservers
 from emulator.cluster.placement import crossing_links, place
 from emulator.errors import EmulatorError
-from emulator.network import Fabric
+from emulator.network import PRIVATE_DAEMONS, Fabric
 from emulator.ovs_daemons import RECONNECT_MS, daemon_pids
 from emulator.state import BRIDGE_MARK, active_runs
 from topologies.model import KERNEL_MTU
@@ -91,7 +91,7 @@ class ClusterFabric(Fabric):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.isolation in ("per-switch", "private"):
+        if self.isolation in PRIVATE_DAEMONS:
             raise EmulatorError("a cluster fabric runs one Open vSwitch per server; drop --switch-daemons")
         self.isolation = "shared"
         self.ssh_config: str | None = None

@@ -20,6 +20,8 @@ OUTSIDE_DROP_WARN = 0.001
 # A CPU shortage is said to come partly from the host when the hypervisor stole at least this share of
 # the machine's time in the worst sample (a cloud VM on a busy host: other guests ran meanwhile).
 STEAL_NOTE = 0.05
+# How the low-idle reason begins: what tells it from the other reasons (experiments.capacity_bench).
+CPU_REASON = "CPU idle fell"
 
 
 @dataclass
@@ -56,7 +58,7 @@ def fidelity_verdict(idle: Iterable[float], switch_pps: float, drops_outside: in
     mean = float(np.mean(idle)) if idle else None
     reasons = []
     if lo is not None and lo < MIN_IDLE:
-        reason = (f"CPU idle fell to {lo:.0%} (under {MIN_IDLE:.0%}): the emulator, not the fabric, "
+        reason = (f"{CPU_REASON} to {lo:.0%} (under {MIN_IDLE:.0%}): the emulator, not the fabric, "
                   "may be the bottleneck; lower the link rates or the number of flows")
         worst_steal = next((s for x, s in pairs if x == lo and s is not None), None)
         if worst_steal is not None and worst_steal >= STEAL_NOTE:
