@@ -228,3 +228,25 @@ def test_the_speedup_sentence_says_what_the_ratio_says(ratio, said):
 
     assert said in failover.speedup_sentence(ratio)
     assert "median of 3 repetitions" in failover.speedup_sentence(ratio, 3, ratio)
+
+
+def test_in_server_reads_ping_latency_at_its_floor_and_median():
+    from experiments.scenarios import in_server
+
+    def ping(mode: str, lo: float, p50: float, avg: float) -> dict:
+        return {"name": f"ping-{mode}", "kind": "ping", "mode": mode, "error": None,
+                "flows": [{"rtt_min_s": lo, "rtt_p50_s": p50, "rtt_avg_s": avg}]}
+
+    # The failing run's figures: the means inverted, the floors did not.
+    doc = {"arms": [ping("local", 68e-6, 410e-6, 540e-6), ping("via-tor", 111e-6, 450e-6, 507e-6)]}
+    doc["analysis"] = an = in_server.analyse(doc, parse_spec("in-server"))
+    assert an["latency"]["local"] == {"rtt_min_s": 68e-6, "rtt_p50_s": 410e-6, "rtt_avg_s": 540e-6}
+    assert doc["arms"][0]["completion_p50_s"] == 410e-6
+    assert in_server.sentences(doc)[0] == (
+        "Ping between two GPUs of one server, median (minimum): 410 µs (68 µs) through the local switch, "
+        "450 µs (111 µs) via the ToR hairpin (1.63x at the minimum).")
+    # Results written before the median was kept still read.
+    old = {"arms": [], "analysis": {"latency": {"local": {"rtt_avg_s": 3e-4}, "via-tor": {"rtt_avg_s": 5e-4}},
+                                    "allreduce": {}}}
+    assert in_server.sentences(old) == [
+        "Ping between two GPUs of one server: 0.3 ms through the local switch, 0.5 ms via the ToR hairpin (1.67x)."]

@@ -97,3 +97,23 @@ def test_allreduce_traffic_starts_when_the_last_rank_starts_iterating():
     assert kind.traffic_starts(raw, 50.0) == 53.0  # numpy, the arrays and the barrier come first
     assert kind.traffic_starts({"endpoints": {}}, 50.0) == 50.0
     assert get("srd").traffic_starts(raw, 50.0) == 50.0  # released once ready: t0 is the start
+
+
+def test_a_ping_flow_reports_the_median_of_its_replies_beside_pings_summary():
+    lines = [f"64 bytes from 10.0.0.2: icmp_seq={i + 1} ttl=64 time={t} ms"
+             for i, t in enumerate((4.455, 0.111, 0.30, 0.25, 0.41))]
+    text = "\n".join(["PING 10.0.0.2 (10.0.0.2) 56(84) bytes of data.", *lines, "",
+                      "--- 10.0.0.2 ping statistics ---",
+                      "5 packets transmitted, 5 received, 0% packet loss, time 81ms",
+                      "rtt min/avg/max/mdev = 0.111/1.105/4.455/1.678 ms"])
+    (flow,) = arms.get("ping").parse({"endpoints": {"ping-0-s1g1-s1g2": {"text": text}}}, 0.0, 10)
+    assert (flow["src"], flow["dst"], flow["loss_pct"]) == ("s1g1", "s1g2", 0.0)
+    assert flow["rtt_min_s"] == pytest.approx(0.111e-3) and flow["rtt_max_s"] == pytest.approx(4.455e-3)
+    # One slow reply pulls the mean to 1.1 ms; the median stays with the rest.
+    assert flow["rtt_avg_s"] == pytest.approx(1.105e-3) and flow["rtt_p50_s"] == pytest.approx(0.30e-3)
+
+
+def test_a_ping_that_printed_no_replies_reports_none():
+    (flow,) = arms.get("ping").parse({"endpoints": {"ping-0-h1-h2": {"text": "connect: Network is unreachable"}}},
+                                     0.0, 10)
+    assert flow["rtt_min_s"] is None and flow["rtt_p50_s"] is None and flow["loss_pct"] is None
