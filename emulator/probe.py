@@ -147,7 +147,14 @@ def run_probe(
         if during is not None:
             time.sleep(during_at)
             during()
-        sout, serr = send.communicate(timeout=duration + 60 * slow)
+        try:
+            sout, serr = send.communicate(timeout=duration + 60 * slow)
+        except subprocess.TimeoutExpired:
+            send.kill()
+            send.wait()
+            raise EmulatorError(
+                f"probe sender still sending {packets} datagrams at {rate_pps:g}/s after {duration + 60 * slow:.0f} s: "
+                f"{src}'s link is too slow for that rate; lower --rate or --packets") from None
         if send.returncode != 0:
             raise EmulatorError(f"probe sender failed: {serr.decode().strip()[-300:]}")
         sent = json.loads(sout)["sent"]

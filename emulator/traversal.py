@@ -51,8 +51,25 @@ def switch_ports(topo: Topology) -> int:
     return sum(1 for lk in topo.links for end in (lk.a, lk.b) if topo.node(end).is_switch)
 
 
+# The probe stays under this share of the source host's link, so that the switches see it paced and
+# nothing queues: at 1700 datagrams a second a 0.5 Mb/s host link takes two minutes to drain 6,800 of
+# them, which the probe's sender waited out blocked in its sends until it timed out.
+LINK_SHARE = 0.9
+# Headers a datagram of `size` payload bytes carries on the wire: UDP, IPv4 and Ethernet.
+WIRE_OVERHEAD = 42
+
+
+def paced_rate(topo: Topology, src: str, pps: float, size: int) -> float:
+    """`pps`, or less where `src`'s link could not carry it (shaped links; 0 means unshaped)."""
+    rates = [lk.rate_mbps for lk in topo.links_of(src) if lk.rate_mbps > 0]
+    if not rates:
+        return pps
+    return min(pps, LINK_SHARE * min(rates) * 1e6 / (8 * (size + WIRE_OVERHEAD)))
+
+
 def measure_on(fab: Fabric, pps: float = 1700.0, seconds: float = 4.0, size: int = 1000) -> TraversalCost:
     src, dst = farthest_pair(fab.topology)
+    pps = paced_rate(fab.topology, src, pps, size)
     switches = [s.name for s in fab.topology.switches]
     pids = fab.ovs_pids()
     targets = {s: fab.ofctl_target(s) for s in switches}

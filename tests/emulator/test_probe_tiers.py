@@ -80,3 +80,51 @@ def test_probe_report_on_a_k4_fat_tree_sprays_every_core_and_aggregation_switch(
 def test_probe_report_on_a_leaf_spine_keeps_per_spine():
     r = probe_by_interpreter(leaf_spine(4, 4, 2), "spray", "h1", "h8", packets=1600)
     assert r.per_spine == r.per_tier["spine"] == {"spine1": 400, "spine2": 400, "spine3": 400, "spine4": 400}
+
+
+def test_the_traversal_probe_stays_within_its_source_link():
+    from emulator.traversal import farthest_pair, paced_rate
+
+    topo = fat_tree(8, host_rate=0.5)
+    src, _ = farthest_pair(topo)
+    # 0.9 of 0.5 Mb/s in 1,042-byte frames: 54 a second, not the 1700 that queued for two minutes.
+    assert paced_rate(topo, src, 1700.0, 1000) == pytest.approx(0.9 * 0.5e6 / (8 * 1042))
+    assert paced_rate(fat_tree(4, host_rate=100.0), "h1", 1700.0, 1000) == 1700.0
+
+
+def test_a_probe_sender_that_cannot_finish_is_a_one_line_error(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from emulator import probe
+
+    class Host:
+        def __init__(self, role: str) -> None:
+            self.role = role
+
+        def popen(self, cmd: list[str], **kw) -> subprocess.Popen:
+            if self.role == "recv":  # ready at once, then waits to be killed
+                ready = cmd[cmd.index("--ready") + 1]
+                code = f"import pathlib, time; pathlib.Path({ready!r}).touch(); time.sleep(60)"
+            else:  # a sender stuck in its sends
+                code = "import time; time.sleep(60)"
+            return subprocess.Popen([sys.executable, "-c", code], **kw)
+
+    class Fab:
+        topology = leaf_spine(2, 2, 1)
+        workdir = tmp_path
+
+        def host(self, name: str) -> Host:
+            return Host("recv" if name == "h2" else "send")
+
+        def ofctl_target(self, switch: str) -> str:
+            return switch
+
+        def ip(self, name: str) -> str:
+            return "10.0.0.2"
+
+    monkeypatch.setattr(probe, "switch_rx_packets", lambda target: 0)
+    monkeypatch.setattr(probe, "slowdown", lambda: 0.01)  # the sender's grace: 0.6 s
+    with pytest.raises(EmulatorError, match=r"^probe sender still sending 10 datagrams at 100/s after 1 s: "
+                                            r"h1's link is too slow for that rate; lower --rate or --packets$"):
+        probe.run_probe(Fab(), "h1", "h2", packets=10, rate_pps=100.0)  # type: ignore[arg-type]
