@@ -158,7 +158,11 @@ def run_probe(
         if send.returncode != 0:
             raise EmulatorError(f"probe sender failed: {serr.decode().strip()[-300:]}")
         sent = json.loads(sout)["sent"]
-        recv.wait(timeout=duration + 40 * slow)
+        try:
+            recv.wait(timeout=duration + 40 * slow)
+        except subprocess.TimeoutExpired:
+            raise EmulatorError(f"probe receiver on {dst} did not finish within {duration + 40 * slow:.0f} s after "
+                                "the sender; is the machine overloaded?") from None
         if not out_file.exists():
             raise EmulatorError(f"probe receiver failed: {recv.stderr.read().decode().strip()[-300:]}")
         got = json.loads(out_file.read_text())
