@@ -18,6 +18,7 @@ from emulator.cpu import CpuLedger
 from emulator.network import Fabric
 from emulator.probe import run_probe, switch_rx_packets
 from topologies import Topology, parse_spec
+from transport.core.headers import ETHERNET_HEADER, IP_UDP_HEADERS
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,6 @@ def switch_ports(topo: Topology) -> int:
 # nothing queues: at 1700 datagrams a second a 0.5 Mb/s host link takes two minutes to drain 6,800 of
 # them, which the probe's sender waited out blocked in its sends until it timed out.
 LINK_SHARE = 0.9
-# Headers a datagram of `size` payload bytes carries on the wire: UDP, IPv4 and Ethernet.
-WIRE_OVERHEAD = 42
 
 
 def paced_rate(topo: Topology, src: str, pps: float, size: int) -> float:
@@ -64,7 +63,7 @@ def paced_rate(topo: Topology, src: str, pps: float, size: int) -> float:
     rates = [lk.rate_mbps for lk in topo.links_of(src) if lk.rate_mbps > 0]
     if not rates:
         return pps
-    return min(pps, LINK_SHARE * min(rates) * 1e6 / (8 * (size + WIRE_OVERHEAD)))
+    return min(pps, LINK_SHARE * min(rates) * 1e6 / (8 * (size + IP_UDP_HEADERS + ETHERNET_HEADER)))
 
 
 def measure_on(fab: Fabric, pps: float = 1700.0, seconds: float = 4.0, size: int = 1000) -> TraversalCost:
