@@ -6,7 +6,7 @@ from typing import Any
 
 from experiments.model import Arm, Experiment, Workload
 from experiments.scenarios.common import allreduce_summary, ok_arms, secs
-from experiments.schema import ResultsDocument
+from experiments.schema import ArmResult, ResultsDocument
 from topologies import Topology
 
 NAME = "in-server"
@@ -48,13 +48,19 @@ def build() -> Experiment:
     )
 
 
+def ping_latency(arm: ArmResult) -> dict[str, float | None]:
+    """A ping arm's RTT figures (its flow's minimum, median and mean, s): the minimum counts the switches
+    a ping crosses, the median and the mean also carry the emulator's wake-ups."""
+    f = next((f for f in arm.get("flows", []) if f.get("rtt_avg_s") is not None), {})
+    return {k: f.get(k) for k in ("rtt_min_s", "rtt_p50_s", "rtt_avg_s")}
+
+
 def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
     out: dict[str, Any] = {"latency": {}, "allreduce": {}}
     for a in ok_arms(doc["arms"]):
         if a["kind"] == "ping":
-            f = next((f for f in a["flows"] if f.get("rtt_avg_s") is not None), {})
-            out["latency"][a["mode"]] = {k: f.get(k) for k in ("rtt_min_s", "rtt_p50_s", "rtt_avg_s")}
-            a["completion_p50_s"] = f.get("rtt_p50_s") or f.get("rtt_avg_s")
+            out["latency"][a["mode"]] = lat = ping_latency(a)
+            a["completion_p50_s"] = lat["rtt_p50_s"] or lat["rtt_avg_s"]
         elif a["kind"] == "allreduce":
             out["allreduce"][a["mode"]] = s = allreduce_summary(a)
             a.update({"iteration_s": s["iteration_s"], "bound_s": s["bound_s"],

@@ -274,14 +274,10 @@ def _correct(name: str, a: dict[str, Any]) -> Check:
                          "a rank's sum differs from numpy's, or a rank did not finish")
 
 
-def _min_rtt(a: dict[str, Any]) -> float | None:
-    return next((f["rtt_min_s"] for f in a.get("flows", []) if f.get("rtt_min_s")), None)
-
-
 def check_in_server(doc: dict[str, Any]) -> list[Check]:
     # The minimum counts the switches a ping crosses; a median or mean also carries the emulator's
     # wake-ups, which on a slow machine can outweigh two switch traversals.
-    lat = {m: _min_rtt(grading.arm(doc, in_server.ping_arm(m))) for m in in_server.ROUTES}
+    lat = {m: in_server.ping_latency(grading.arm(doc, in_server.ping_arm(m)))["rtt_min_s"] for m in in_server.ROUTES}
     ar = {m: grading.arm(doc, in_server.allreduce_arm(m)) for m in in_server.ROUTES}
     checks = []
     ratio = lat["local"] / lat["via-tor"] if lat["local"] and lat["via-tor"] else None
