@@ -34,7 +34,7 @@ from cli.args import (
     show_help,
     size_arg,
 )
-from transport.core.config import DELIVERY_MODES, RECOVERY_MODES, ConfigError, TransportConfig
+from transport.core.config import DELIVERY_MODES, RECOVERY_MODES, ConfigError, TransportConfig, path_ack_delay
 from transport.core.congestion import CONTROLLERS
 from transport.core.paths import POLICIES
 from transport.io.endpoint import (
@@ -63,7 +63,9 @@ USER_ERRORS: tuple[type[BaseException], ...] = (EndpointError, ConfigError)
 # sending 4 packets' worth per wake-up. It cut wake-ups 4-5x but not the endpoints' CPU per packet
 # (`fabriclab bench endpoints`: 105 -> 97 µs at 1500 bytes, within the noise), and in the failover
 # experiment it slowed the recovery from a cut (adaptive 0.2 -> 0.4 s, ECMP with reroute 1.3 -> 2.4 s)
-# and left some flows at half their rate: the hold starves the ACK clock on slow links.
+# and left some flows at half their rate: the hold starves the ACK clock on slow links. Unless
+# --ack-delay is given, a path whose base RTT exceeds 40 ms holds for a quarter of it instead
+# (transport.core.config.path_ack_delay): four ACKs a round trip, not one ACK per 72 ms jumbo frame.
 ENDPOINT_ACK_DELAY = 0.010
 ENDPOINT_ACK_BATCH = 8
 ENDPOINT_PACING_PACKETS = 1
@@ -129,9 +131,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    "transport config: 1400); `auto` sizes it to the path MTU less the IP and UDP headers "
                    "(1472 on a 1500-byte path, 8972 with 9000-byte jumbo frames; send: the route toward --to, "
                    "recv: the interface of --bind); the receiver must allow at least the sender's size")
-    t.add_argument("--ack-delay", type=nonneg_float, default=ENDPOINT_ACK_DELAY, metavar="S",
+    t.add_argument("--ack-delay", type=nonneg_float, default=None, metavar="S",
                    help="hold ACKs up to S seconds to acknowledge several packets at once (default "
-                   f"{ENDPOINT_ACK_DELAY:g}; 0 = one ACK per packet)")
+                   f"{ENDPOINT_ACK_DELAY:g}, or a quarter of --base-rtt where that is longer; 0 = one ACK "
+                   "per packet)")
     t.add_argument("--ack-batch", type=positive_int, default=ENDPOINT_ACK_BATCH, metavar="N",
                    help=f"with --ack-delay, acknowledge at once when N packets wait (default {ENDPOINT_ACK_BATCH})")
     t.add_argument("--pacing-packets", type=positive_int, default=ENDPOINT_PACING_PACKETS, metavar="N",
@@ -267,10 +270,17 @@ _OPTION_OF = {
 }
 
 
+def _ack_delay(args: argparse.Namespace) -> float:
+    """--ack-delay as given, else the endpoints' hold sized to the path (config.path_ack_delay)."""
+    if args.ack_delay is not None:
+        return float(args.ack_delay)
+    return path_ack_delay(ENDPOINT_ACK_DELAY, args.base_rtt)
+
+
 def _config(args: argparse.Namespace, **extra: Any) -> TransportConfig:
     fields: dict[str, Any] = {
-        "delivery": args.delivery, "recovery": args.recovery, "ack_delay": args.ack_delay, "ack_batch": args.ack_batch,
-        "pacing_packets": args.pacing_packets, "ack_on_message": True,
+        "delivery": args.delivery, "recovery": args.recovery, "ack_delay": _ack_delay(args),
+        "ack_batch": args.ack_batch, "pacing_packets": args.pacing_packets, "ack_on_message": True,
         "link_rate_bps": args.link_rate * 1e6, "base_rtt": args.base_rtt, "cc": args.cc,
     }
     if isinstance(args.mtu, int):

@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transport.core import wire
-from transport.core.config import ConfigError, TransportConfig
+from transport.core.config import ACK_HOLD_MAX, ConfigError, TransportConfig, path_ack_delay
 from transport.core.wire import AckPacket, decode
 from transport.io.endpoint import Receiver, Sender, Workload, payload_seq
 from transport.io.eventloop import read_stamped_batch
@@ -334,3 +336,46 @@ def test_a_messages_last_packet_is_read_as_it_arrives() -> None:
         r._gap, r._last_rx = 0.01, now
         r._turn(now)
         assert not r.defer_reads
+
+
+def test_path_ack_delay_is_a_quarter_of_a_long_base_rtt() -> None:
+    assert path_ack_delay(0.010, 0.0) == 0.010  # base RTT unknown: the endpoint's own hold
+    assert path_ack_delay(0.010, 0.02) == 0.010  # a short path: the hold is already shorter
+    assert path_ack_delay(0.010, 0.44) == pytest.approx(0.11)
+    assert path_ack_delay(0.010, 40.0) == ACK_HOLD_MAX
+    assert path_ack_delay(0.0, 0.44) == 0.0  # an ACK per packet stays so
+    TransportConfig(ack_delay=path_ack_delay(0.010, 40.0)).validate()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.0, 1.0), st.floats(0.0, 100.0))
+def test_path_ack_delay_bounds(ack_delay: float, base_rtt: float) -> None:
+    hold = path_ack_delay(ack_delay, base_rtt)
+    if ack_delay == 0:
+        assert hold == 0
+    else:
+        assert ack_delay <= hold <= max(ack_delay, ACK_HOLD_MAX)
+        assert hold <= max(ack_delay, base_rtt / 4)
+
+
+def test_a_hold_sized_to_a_slow_path_halves_its_acks_and_keeps_its_rate() -> None:
+    """At 1 Mb/s in jumbo frames a DATA packet takes 72 ms, so a 10 ms hold answers every packet
+    with its own ACK, each one a packet for the emulated switches. A quarter of the 0.43 s base RTT
+    answers two or more, without a spurious retransmission or a slower transfer."""
+    base_rtt = 0.43
+    paths = [PathSpec(rate_bps=1e6, delay=0.18, queue_packets=1000)]
+
+    def transfer(ack_delay: float) -> tuple[int, int, int, float]:
+        config = TransportConfig(mtu=8972, link_rate_bps=1e6, base_rtt=base_rtt, ack_delay=ack_delay,
+                                 ack_batch=8, ack_on_message=True)
+        r = run_transfer(config, config, paths, total_bytes=1 << 20, seed=5, time_limit=60.0)
+        assert r.completed
+        rm = r.receiver_metrics["receiver"]
+        return rm["acks_sent"], rm["data_packets"], r.sender_metrics["sender"]["retransmissions"], r.goodput_bps
+
+    acks, data, retx, goodput = transfer(path_ack_delay(0.010, base_rtt))
+    fixed_acks, fixed_data, fixed_retx, fixed_goodput = transfer(0.010)
+    assert fixed_acks >= 0.9 * fixed_data  # the fixed hold: an ACK for (nearly) every packet
+    assert acks <= 0.6 * data
+    assert retx == fixed_retx == 0
+    assert goodput >= 0.97 * fixed_goodput

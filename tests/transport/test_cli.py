@@ -204,3 +204,19 @@ def test_send_json_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
     m = json.loads(out)
     assert m["responses"] == 10 and m["completion_times"]["count"] == 10
+
+
+def test_the_endpoints_ack_hold_follows_the_base_rtt_unless_given() -> None:
+    from cli.main import build_parser
+    from cli.srd import ENDPOINT_ACK_DELAY, _config
+
+    parser = build_parser()
+
+    def hold(*argv: str) -> float:
+        return _config(parser.parse_args(["srd", "recv", *argv])).ack_delay
+
+    assert hold() == ENDPOINT_ACK_DELAY
+    assert hold("--base-rtt", "0.02") == ENDPOINT_ACK_DELAY
+    assert hold("--base-rtt", "0.44") == pytest.approx(0.11)
+    assert hold("--base-rtt", "0.44", "--ack-delay", "0.005") == 0.005  # as given
+    assert hold("--base-rtt", "0.44", "--ack-delay", "0") == 0.0

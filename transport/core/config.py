@@ -21,6 +21,14 @@ CC_ALGORITHMS = CONTROLLERS.names()
 # The initial (and, with credit, unscheduled) window never goes below this many packets: one being
 # serialised while the next waits keeps a link busy across a store-and-forward hop.
 MIN_INITIAL_WINDOW = 2
+# A coalesced ACK is held at most this share of the path's base RTT when that is longer than the
+# endpoint's own hold (path_ack_delay): four ACKs a round trip keep the sender's clock, as QUIC stacks'
+# ACK decimation does (a quarter of the minimum RTT), while a fixed hold on a slow path in jumbo frames
+# (a 72 ms frame at 1 Mb/s) sends one ACK for every DATA packet, and every ACK costs the emulated
+# switches as much as a DATA packet.
+ACK_HOLD_RTT_SHARE = 0.25
+# ... and never longer than this, whatever the path (TransportConfig.validate's bound on ack_delay).
+ACK_HOLD_MAX = 1.0
 
 
 class ConfigError(ValueError):
@@ -31,6 +39,16 @@ def rtt_guess(initial_rtt: float, base_rtt: float) -> float:
     """The RTT assumed before the first sample (TransportConfig.rtt_guess), from a configuration's
     two fields: the fabric's base RTT when known and longer than initial_rtt."""
     return base_rtt if base_rtt > initial_rtt else initial_rtt
+
+
+def path_ack_delay(ack_delay: float, base_rtt: float) -> float:
+    """The ACK hold for a path of `base_rtt` seconds (0: unknown) given an endpoint's own `ack_delay`:
+    a quarter of the base RTT where that is longer (ACK_HOLD_RTT_SHARE, at most ACK_HOLD_MAX), else
+    ack_delay. 0 (an ACK per packet) stays 0. Both ends derive it from the same base RTT, so the sender
+    believes the holds its receiver reports (Recovery's max_ack_delay follows ack_delay)."""
+    if ack_delay <= 0:
+        return 0.0
+    return max(ack_delay, min(ACK_HOLD_MAX, base_rtt * ACK_HOLD_RTT_SHARE))
 
 
 @dataclass
