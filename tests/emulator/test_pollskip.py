@@ -368,7 +368,9 @@ def test_a_wait_among_dense_traffic_lingers_first_and_gathers_what_came_meanwhil
 def test_the_linger_is_sized_to_the_switch_links_and_the_environment_overrides_it(monkeypatch):
     # A quarter of a full frame's time on the fastest link: 1514 bytes at 6 Mb/s is 2019 µs.
     assert linger_us([4.0, 6.0], 1500) == 504
-    assert linger_us([4.0], 9000) == LINGER_MAX_US  # 18 ms frames: capped
+    assert linger_us([4.0], 9000) == 4507  # 18 ms jumbo frames
+    assert linger_us([1.0], 9000) == 18028  # the k=8 fat-tree's 72 ms frames
+    assert linger_us([0.5], 9000) == LINGER_MAX_US  # 144 ms frames: capped
     assert linger_us([0.0, 4.0], 1500) == 0  # an unshaped port: packets need not wait for it
     assert linger_us([40.0], 1500) == 0  # 76 µs: below the floor, nothing to gather
     assert linger_us([], 1500) == 0

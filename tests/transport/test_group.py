@@ -277,7 +277,8 @@ def test_the_linger_is_a_fraction_of_a_frame_time_and_can_be_set(monkeypatch) ->
 
     # A 1514-byte frame at 2 Mb/s takes 6.056 ms; a quarter of it.
     assert group_linger(loops(2e6)) == pytest.approx(0.001514)
-    assert group_linger(loops(2e6, mtu=8972)) == LINGER_MAX  # capped
+    assert group_linger(loops(2e6, mtu=8972)) == pytest.approx(0.009014)  # 36 ms jumbo frames
+    assert group_linger(loops(0.5e6, mtu=8972)) == LINGER_MAX  # 144 ms frames: capped
     assert group_linger(loops(200e6)) == 0.0  # 15 µs: not worth a wait
     assert group_linger(loops(0.0)) == 0.0  # no link rate given: never
     monkeypatch.setenv(LINGER_ENV, "500")

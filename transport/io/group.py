@@ -54,9 +54,11 @@ SELECT_BELOW = 64
 # loops' fastest link rate, at most LINGER_MAX; so it stays well inside the pacer's banked burst (four
 # packet intervals), and a paced flow loses no rate to it. Where the kernel stamps a receiver's arrivals
 # (coalesced ACKs, no ECN reading), its ACKs still report when data came; elsewhere an RTT sample can
-# read up to a linger long.
+# read up to a linger long. LINGER_MAX keeps a linger under the 25 ms a peer believes an ACK may be held
+# (TransportConfig.max_ack_delay); it used to be 2 ms, which on slow links in jumbo frames (a 72 ms frame
+# at 1 Mb/s) left a group waking for nearly every datagram.
 LINGER_FRACTION = 1 / 4
-LINGER_MAX = 0.002
+LINGER_MAX = 0.020
 LINGER_MIN = 0.0001
 DENSE_WORK = 2
 DENSITY_WINDOW = 0.1
