@@ -120,7 +120,8 @@ def build_backend(args: argparse.Namespace):
     from live.backend import FabricBackend
 
     require_ready(capabilities())  # root, Open vSwitch, ...: one line with the fix, before serving anything
-    return FabricBackend(topo, mode=args.mode, policy=policy, workload=args.workload, seed=args.seed, cc=args.cc)
+    return FabricBackend(topo, mode=args.mode, policy=policy, workload=args.workload, seed=args.seed, cc=args.cc,
+                         poll_interval=args.interval)
 
 
 def cmd_live(args: argparse.Namespace) -> int:

@@ -68,8 +68,12 @@ class FabricBackend:
     the session runs start, controls and stop on a single worker; links() only talks HTTP."""
 
     def __init__(self, topology: Topology, mode: str = "ecmp", policy: str = "single",
-                 workload: str = "permutation", seed: int = 1, cc: str | None = None) -> None:
+                 workload: str = "permutation", seed: int = 1, cc: str | None = None,
+                 poll_interval: float | None = None) -> None:
         self.topology = topology
+        # The controller's counters are read at the view's own interval (on a large fabric the
+        # emulator's default is longer: emulator.network.poll_interval_for).
+        self.poll_interval = poll_interval
         self.mode = mode
         self.policy = policy
         self.cc = cc
@@ -83,7 +87,7 @@ class FabricBackend:
     def start(self) -> None:
         from emulator.cluster import new_fabric
 
-        fab = new_fabric(self.topology, mode=self.mode)
+        fab = new_fabric(self.topology, mode=self.mode, poll_interval=self.poll_interval)
         self.fab = fab
         fab.__enter__()
         self.traffic = Workload(fab, self.workload, self.policy, self.seed, cc=self.cc)

@@ -193,3 +193,14 @@ def test_the_group_size_can_be_set_and_a_bad_one_is_refused(monkeypatch):
         monkeypatch.setenv("FABRICLAB_SWITCHES_PER_DAEMON", bad)
         with pytest.raises(EmulatorError, match=r"FABRICLAB_SWITCHES_PER_DAEMON=.*whole number"):
             switches_per_daemon(8)
+
+
+def test_the_controller_reads_a_large_fabric_less_often():
+    from emulator.network import Fabric, poll_interval_for
+    from topologies import parse_spec
+
+    assert poll_interval_for(4) == poll_interval_for(20) == 0.5
+    assert poll_interval_for(80) == 2.0  # fat-tree k=8: 40 switches a second
+    assert Fabric(parse_spec("fat-tree:k=8")).poll_interval == 2.0
+    assert Fabric(parse_spec("leaf-spine:spines=4,leaves=4,hosts=1")).poll_interval == 0.5
+    assert Fabric(parse_spec("fat-tree:k=8"), poll_interval=0.25).poll_interval == 0.25
