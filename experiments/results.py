@@ -295,8 +295,14 @@ def _drops(raw: RawArm, topo: Topology) -> tuple[int, int]:
     samples = raw.get("samples", [])
     if len(samples) < 2:
         return shaped, 0
-    first = {lk["name"]: lk.get("drops", 0) for lk in samples[0]["links"]}
-    ovs = sum(max(0, lk.get("drops", 0) - first.get(lk["name"], 0)) for lk in samples[-1]["links"])
+    # A link's count starts from its first sample with counters: until the controller has read its
+    # switch, a row says 0 (counted_at None), and a drop from before the arm (at bring-up) would count.
+    first: dict[str, int] = {}
+    for sample in samples:
+        for lk in sample["links"]:
+            if lk["name"] not in first and lk.get("counted_at", "") is not None:
+                first[lk["name"]] = lk.get("drops", 0)
+    ovs = sum(max(0, lk.get("drops", 0) - first.get(lk["name"], lk.get("drops", 0))) for lk in samples[-1]["links"])
     return shaped, ovs
 
 

@@ -261,3 +261,19 @@ def test_vanished_packets_are_not_judged_where_the_arm_loses_packets_on_purpose(
     exp, topo = driver.prepare("ecmp-vs-spray", topo=SPEC + ",loss=1", duration=4)
     entry = results.arm_result(exp.arms[1], _vanishing_raw(topo, 1060, 1005, 0), topo, 10e6, True)
     assert entry["vanished_packets"] is None
+
+
+def test_ovs_drops_count_from_a_links_first_reading_not_from_before_its_switch_was_read():
+    topo = parse_spec("leaf-spine:spines=1,leaves=1,hosts=1")
+
+    def row(drops: int, counted: bool) -> dict:
+        return {"name": "leaf1-spine1", "drops": drops, "counted_at": "leaf1:2" if counted else None}
+
+    def ovs_drops(*rows: dict) -> int:
+        return results._drops({"samples": [{"t": float(i), "links": [r]} for i, r in enumerate(rows)]}, topo)[1]
+
+    # Dropped at bring-up, before the controller's first read of the switch: not the arm's.
+    assert ovs_drops(row(0, False), row(1, True), row(1, True)) == 0
+    assert ovs_drops(row(0, True), row(1, True), row(3, True)) == 3  # counted from the first reading
+    assert ovs_drops(row(0, False), row(2, True), row(5, True)) == 3
+    assert ovs_drops(row(0, False), row(0, False)) == 0
