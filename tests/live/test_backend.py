@@ -227,3 +227,28 @@ def test_fabric_backend_reports_a_lost_controller():
     with pytest.raises(ControllerLost, match="does not answer"):
         b.links()
     assert b.workload_status()["processes"] == 0
+
+
+def test_the_live_view_has_the_controller_poll_at_its_own_interval(monkeypatch):
+    """On a large fabric the emulator polls less often than every 0.5 s; the view asks for its --interval."""
+    import emulator.system
+    from cli.live import build_backend
+    from cli.main import build_parser
+
+    monkeypatch.setattr(emulator.system, "require_ready", lambda caps: None)
+    monkeypatch.setattr(emulator.system, "capabilities", lambda: None)
+    args = build_parser().parse_args(["live", "--topo", "fat-tree:k=8", "--interval", "0.25"])
+    backend = build_backend(args)
+    assert isinstance(backend, FabricBackend) and backend.poll_interval == 0.25
+    import emulator.cluster
+
+    asked: dict = {}
+
+    def new_fabric(topo, **kwargs):
+        asked.update(kwargs)
+        raise RuntimeError("no fabric in a unit test")
+
+    monkeypatch.setattr(emulator.cluster, "new_fabric", new_fabric)
+    with pytest.raises(RuntimeError, match="no fabric"):
+        backend.start()
+    assert asked["poll_interval"] == 0.25
