@@ -57,18 +57,6 @@ PRIVATE_DAEMONS = ("per-switch", "private")
 # with 4, 279 with all 80; 4x4x4 leaf-spine at 5.66 Mb/s 64-65 with 4 a daemon (two daemons), 82-85
 # with all 8 in one.
 SWITCHES_PER_DAEMON = 8
-# The controller reads every switch's port counters once per poll interval: half a second, or longer on a
-# large fabric so that it reads at most SWITCH_POLLS_PER_S switches a second. Each read costs the
-# controller (a request and a reply parsed in Python) and a wake-up of the switch's daemon: on the k=8
-# fat-tree (80 switches) at 1 Mb/s per host, polling every 0.5 s took 0.59 CPU seconds in 6.8 s of
-# traffic in the controller and 7.12 in OVS, every 2 s 0.2 and 6.55.
-POLL_INTERVAL = 0.5
-SWITCH_POLLS_PER_S = 40
-
-
-def poll_interval_for(switches: int) -> float:
-    """Seconds between the controller's reads of the counters of a fabric of `switches` switches."""
-    return max(POLL_INTERVAL, switches / SWITCH_POLLS_PER_S)
 SWITCHES_PER_DAEMON_ENV = "FABRICLAB_SWITCHES_PER_DAEMON"
 # Overrides the default for every fabric a process brings up (benchmarks compare the two this way).
 ISOLATION_ENV = "FABRICLAB_SWITCH_DAEMONS"
@@ -113,6 +101,20 @@ class Terminated(BaseException):
 def raise_terminated(signum: int, frame: object) -> None:
     """A SIGTERM handler: `signal.signal(signal.SIGTERM, raise_terminated)`, then catch Terminated."""
     raise Terminated()
+
+
+# The controller reads every switch's port counters once per poll interval: half a second, or longer on a
+# large fabric so that it reads at most SWITCH_POLLS_PER_S switches a second. Each read costs the
+# controller (a request and a reply parsed in Python) and a wake-up of the switch's daemon: on the k=8
+# fat-tree (80 switches) at 1 Mb/s per host, polling every 0.5 s took 0.59 CPU seconds in 6.8 s of
+# traffic in the controller and 7.12 in OVS, every 2 s 0.2 and 6.55.
+POLL_INTERVAL = 0.5
+SWITCH_POLLS_PER_S = 40
+
+
+def poll_interval_for(switches: int) -> float:
+    """Seconds between the controller's reads of the counters of a fabric of `switches` switches."""
+    return max(POLL_INTERVAL, switches / SWITCH_POLLS_PER_S)
 
 
 @dataclass

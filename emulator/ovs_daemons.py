@@ -60,7 +60,7 @@ POLLSKIP_EPOLL_ENV = "FABRICLAB_POLLSKIP_EPOLL"
 # LINGER_MAX_US was 4 ms: at 1 Mb/s in jumbo frames (72 ms) that is an eighteenth of a frame, and the k=8
 # fat-tree's daemons still woke for nearly every packet. With the quarter (18 ms), the endpoint groups'
 # linger raised alike and ACKs held a quarter of the base RTT, its sprayed permutation at 1 Mb/s went
-# from 2-7 % to 51-52 % CPU idle at its worst sample, at the same goodput (0.934-0.935 of ideal).
+# from 1.8-2.0 % to 51-52 % CPU idle at its worst sample, at the same goodput (0.934-0.935 of ideal).
 POLLSKIP_LINGER_ENV = "FABRICLAB_POLLSKIP_LINGER_US"
 LINGER_FRACTION = 1 / 4
 LINGER_MAX_US = 20000
