@@ -18,7 +18,7 @@ from emulator.cpu import CpuLedger
 from emulator.network import Fabric
 from emulator.probe import run_probe, switch_rx_packets
 from topologies import Topology, parse_spec
-from transport.core.headers import ETHERNET_HEADER, IP_UDP_HEADERS
+from transport.core.headers import UDP_FRAME_OVERHEAD
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def paced_rate(topo: Topology, src: str, pps: float, size: int) -> float:
     rates = [lk.rate_mbps for lk in topo.links_of(src) if lk.rate_mbps > 0]
     if not rates:
         return pps
-    return min(pps, LINK_SHARE * min(rates) * 1e6 / (8 * (size + IP_UDP_HEADERS + ETHERNET_HEADER)))
+    return min(pps, LINK_SHARE * min(rates) * 1e6 / (8 * (size + UDP_FRAME_OVERHEAD)))
 
 
 def measure_on(fab: Fabric, pps: float = 1700.0, seconds: float = 4.0, size: int = 1000) -> TraversalCost:

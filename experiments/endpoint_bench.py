@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.endpoints import command_line
-from transport.core.headers import ETHERNET_HEADER, IP_UDP_HEADERS, datagram_size_for_mtu
+from transport.core.headers import UDP_FRAME_OVERHEAD, datagram_size_for_mtu
 
 # The demo's host links (leaf-spine host_rate=4) and its paths' base delay, roughly: a few switch
 # traversals of userspace Open vSwitch.
@@ -41,7 +41,7 @@ DEFAULT_MTUS = (1500, 9000)
 # A shaped host port's queue: the emulator's HTB class keeps the interface's default of 1000 packets.
 QUEUE_PACKETS = 1000
 # Bytes a shaped link counts per datagram besides its payload.
-FRAME_OVERHEAD = IP_UDP_HEADERS + ETHERNET_HEADER
+FRAME_OVERHEAD = UDP_FRAME_OVERHEAD
 # The target issue 16 sets: sender and receiver together.
 TARGET_US_PER_PACKET = 30.0
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 
 from transport.core.congestion import CONTROLLERS
 from transport.core.contract import NUM_EVS
-from transport.core.headers import ETHERNET_HEADER, IP_UDP_HEADERS
+from transport.core.headers import UDP_FRAME_OVERHEAD
 from transport.core.paths import POLICIES, is_plugin
 from transport.core.wire import DATA_HEADER_LEN, MAX_PAYLOAD
 
@@ -119,7 +119,7 @@ class TransportConfig:
     @property
     def wire_packet_bytes(self) -> int:
         """Bytes a full-size DATA packet takes on a link (Ethernet, IPv4 and UDP headers included)."""
-        return self.mtu + IP_UDP_HEADERS + ETHERNET_HEADER
+        return self.mtu + UDP_FRAME_OVERHEAD
 
     @property
     def bdp_packets(self) -> float | None:

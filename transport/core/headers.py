@@ -18,6 +18,8 @@ IP_UDP_HEADERS = IPV4_HEADER + UDP_HEADER
 # Header bytes on the link per DATA packet and per ACK frame: the transport's own, UDP, IPv4, Ethernet.
 DATA_WIRE_OVERHEAD = DATA_HEADER_LEN + IP_UDP_HEADERS + ETHERNET_HEADER
 ACK_FRAME = ACK_LEN + IP_UDP_HEADERS + ETHERNET_HEADER
+# What a link carries besides one UDP datagram: its UDP, IPv4 and Ethernet headers.
+UDP_FRAME_OVERHEAD = IP_UDP_HEADERS + ETHERNET_HEADER
 
 
 def datagram_size_for_mtu(mtu: int, ipv6: bool = False) -> int:

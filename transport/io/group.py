@@ -78,7 +78,7 @@ def group_linger(loops: list[EventLoop]) -> float:
     rates = [loop.config.link_rate_bps for loop in loops]
     if not rates or min(rates) <= 0:
         return 0.0
-    frame = max(loop.config.mtu + 42 for loop in loops) * 8 / max(rates)  # + UDP, IP, Ethernet headers
+    frame = max(loop.config.wire_packet_bytes for loop in loops) * 8 / max(rates)
     linger = min(LINGER_MAX, frame * LINGER_FRACTION)
     return linger if linger >= LINGER_MIN else 0.0
 

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection, MessageAcked, MessageReceived
 from transport.core.credit import CreditScheduler
-from transport.core.headers import ETHERNET_HEADER, IP_UDP_HEADERS
+from transport.core.headers import UDP_FRAME_OVERHEAD
 from transport.core.pump import Datagrams, Pump, earliest
 
 logger = logging.getLogger(__name__)
 
 # Bytes of Ethernet + IPv4 + UDP overhead added to each datagram when computing serialisation time.
-WIRE_OVERHEAD = ETHERNET_HEADER + IP_UDP_HEADERS
+WIRE_OVERHEAD = UDP_FRAME_OVERHEAD
 
 
 @dataclass
