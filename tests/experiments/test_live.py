@@ -76,9 +76,10 @@ def test_failover(tmp_path):
 def test_in_server(tmp_path):
     doc, _by = _run(tmp_path, "in-server", 2)
     lat = doc["analysis"]["latency"]
-    # Fewer switches, a lower floor; the means also carry wake-ups (0.54 ms locally against 0.51 via the
-    # ToR once, on a slow machine, while the minima read 0.068 and 0.111 ms).
-    assert 0 < lat["local"]["rtt_min_s"] < lat["via-tor"]["rtt_min_s"]
+    # Fewer switches, a lower median. Not the mean (0.54 ms locally against 0.51 via the ToR once, on a
+    # slow machine: one slow reply moves it), nor the minimum, which is whether some ping found its
+    # daemons awake (local 45-200 µs over runs of one machine, once 160 against 152 via the ToR).
+    assert 0 < lat["local"]["rtt_p50_s"] < lat["via-tor"]["rtt_p50_s"]
     assert all(lat[m]["rtt_min_s"] <= lat[m]["rtt_p50_s"] for m in ("local", "via-tor"))
     for mode in ("local", "via-tor"):
         assert doc["analysis"]["allreduce"][mode]["correct"] is True
