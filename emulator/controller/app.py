@@ -310,6 +310,10 @@ class FabricController(compat.BaseApp):
     @_guarded
     def _on_features(self, ev: Any) -> None:
         dp = ev.msg.datapath
+        # os-ken's own handler sets dp.id from this same reply, but on another event loop: on a slow
+        # machine (the VM under TCG) ours can run first and find it still None.
+        if dp.id is None:
+            dp.id = ev.msg.datapath_id
         ofp, parser = dp.ofproto, dp.ofproto_parser
         name = self.switch_by_dpid.get(dp.id)
         if name is None:
