@@ -374,7 +374,10 @@ class FabricController(compat.BaseApp):
             self._record("switch_disconnected", switch=name, dpid=dp.id)
         log.warning("switch %s (%#x) disconnected", name, dp.id)
 
-    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    # Replies to what _on_features sends may arrive while os-ken still holds the switch in CONFIG: when
+    # the controller's handler ran before os-ken's own, they overtake os-ken's port request, whose reply
+    # is what moves the switch to MAIN.
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     @_guarded
     def _on_barrier(self, ev: Any) -> None:
         key = (ev.msg.datapath.id, ev.msg.xid)
@@ -465,13 +468,15 @@ class FabricController(compat.BaseApp):
             if changed:
                 self._links_changed([(lk, port) for lk in changed], dpid, started)
 
-    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     @_guarded
     def _on_port_desc(self, ev: Any) -> None:
         started = time.perf_counter()
         dp = ev.msg.datapath
         ofp = dp.ofproto
         with self.lock:
+            if self.datapaths.get(dp.id) is not dp:
+                return  # a switch ignored as foreign, or an old connection
             changed: list[tuple[Link, int]] = []
             for p in ev.msg.body:
                 if p.port_no > ofp.OFPP_MAX:
