@@ -130,7 +130,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "bucket at --rate with a drop-tail queue and --delay each way), and print, per MTU, each endpoint's "
         "CPU microseconds per delivered packet (DATA to the receiver plus ACKs to the sender, as "
         "`bench fidelity` counts packets delivered to hosts), by the CPU time of its event loop; also that of "
-        "the whole processes, start-up included. Needs no root and no fabric; about --seconds per run.")
+        "the whole processes, start-up included. Then two bare Python loops run over the same link at the "
+        "endpoints' pace, sending and answering datagrams of the same sizes as often and doing nothing else: "
+        "what this machine charges for the wake-ups and the datagrams alone, to read the endpoints' figure "
+        "against. Needs no root and no fabric; about --seconds plus 4 per run.")
     p.add_argument("--mtu", type=_mtu_list, default=None, metavar="BYTES,...",
                    help="link MTUs to run (default: 1500,9000); datagrams fill them")
     p.add_argument("--rate", type=positive_float, default=None, metavar="MBPS",

@@ -11,6 +11,11 @@ Per case (MTU, link rate) it reports each endpoint's CPU seconds while its loop 
 `fabriclab bench fidelity` charges to the endpoints) and the process's whole CPU time, divided by the
 packets the link delivered (DATA to the receiver plus ACKs to the sender, as the fidelity table counts
 packets delivered to hosts): microseconds of CPU per delivered packet.
+
+Then two bare loops (experiments.bare_loop) run over the same link at the endpoints' pace: datagrams of
+the same size as often, an ACK-sized answer as often, and nothing else. What they cost is what this
+machine charges for a wake-up and a datagram, which no transport in Python avoids; the endpoints'
+figure over theirs is what the transport itself adds.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections import deque
@@ -30,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments import bare_loop
 from experiments.endpoints import command_line
 from transport.core.headers import UDP_FRAME_OVERHEAD, datagram_size_for_mtu
 
@@ -44,6 +51,9 @@ QUEUE_PACKETS = 1000
 FRAME_OVERHEAD = UDP_FRAME_OVERHEAD
 # The target issue 16 sets: sender and receiver together.
 TARGET_US_PER_PACKET = 30.0
+# Seconds of the bare loops' run after each case (at most the case's own): enough packets for a
+# steady figure at the demo's pace.
+FLOOR_SECONDS = 4.0
 
 
 @dataclass
@@ -165,6 +175,19 @@ class EndpointCost:
 
 
 @dataclass
+class FloorResult:
+    """The bare loops (experiments.bare_loop) at the endpoints' pace: CPU per delivered packet."""
+
+    gap_s: float  # between DATA datagrams: the endpoints' mean over their run
+    ack_every: int  # DATA datagrams per ACK, as the endpoints' receiver answered
+    data_delivered: int
+    acks_delivered: int
+    sender_us_per_packet: float | None
+    receiver_us_per_packet: float | None
+    us_per_packet: float | None
+
+
+@dataclass
 class CaseResult:
     mtu: int
     datagram_bytes: int
@@ -182,6 +205,7 @@ class CaseResult:
     endpoints_us_per_packet: float | None
     endpoints_us_per_data_packet: float | None
     ack_ratio: float | None  # DATA packets per ACK
+    floor: FloorResult | None = None  # the bare loops at the same pace: the machine's price of the wake-ups
 
 
 def _cost(metrics: dict[str, Any], process_s: float | None, packets: int) -> EndpointCost:
@@ -230,15 +254,75 @@ def _ready(path: Path, proc: subprocess.Popen, reaped: _Reaped, timeout: float =
         time.sleep(0.02)
 
 
+def _free_port() -> int:
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    return port
+
+
+@dataclass
+class _Pair:
+    """A sender and a receiver process that have exited, their CPU seconds, and the link between them."""
+
+    link: ShapedLink
+    send: subprocess.Popen
+    recv: subprocess.Popen
+    send_cpu_s: float | None
+    recv_cpu_s: float | None
+
+
+def _run_pair(recv_cmd: list[str], recv_ready: Path, send_cmd: Callable[[str], list[str]],
+              send_ready: Path | None, rate_bps: float, delay_s: float, give_up_s: float) -> _Pair:
+    """Start the receiver, the link toward it and the sender (`send_cmd(link address)`; with
+    `send_ready`, released by SIGUSR1 once ready), and relay until both have exited. On failure, what
+    was started is stopped by its own handles."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    rport = int(recv_cmd[recv_cmd.index("--port") + 1])
+    recv = subprocess.Popen(recv_cmd, env=env, stdout=subprocess.DEVNULL)
+    link = ShapedLink(("127.0.0.1", rport), rate_bps, delay_s)
+    reaped = _Reaped()
+    send = None
+    finished = False
+    try:
+        _ready(recv_ready, recv, reaped)
+        host, port = link.address
+        send = subprocess.Popen(send_cmd(f"{host}:{port}"), env=env, stdout=subprocess.DEVNULL)
+        if send_ready is not None:
+            _ready(send_ready, send, reaped)
+            send.send_signal(signal.SIGUSR1)
+        give_up = time.monotonic() + give_up_s
+        link.run(lambda: (reaped.done(send) and reaped.done(recv)) or time.monotonic() > give_up)
+        finished = True
+    finally:
+        link.close()
+        if not finished:
+            for proc in (send, recv):
+                if proc is not None and not reaped.done(proc):
+                    proc.kill()
+                    reaped.wait(proc, 5.0)
+    return _Pair(link, send, recv, reaped.wait(send, 10.0), reaped.wait(recv, 10.0))
+
+
+def _results(pair: _Pair, send_json: Path, recv_json: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    try:
+        return json.loads(send_json.read_text()), json.loads(recv_json.read_text())
+    except (OSError, ValueError) as exc:
+        raise RuntimeError(f"{' '.join(map(str, pair.send.args[1:3]))} wrote no results (sender exit "
+                           f"{pair.send.returncode}, receiver exit {pair.recv.returncode}): {exc}") from exc
+
+
 def run_case(mtu: int, rate_mbps: float, seconds: float, delay_s: float = DEFAULT_DELAY_S,
-             workdir: Path | None = None, profile: Path | None = None, extra_args: tuple[str, ...] = ()) -> CaseResult:
-    """One sender and one receiver over the shaped link for about `seconds` of traffic."""
+             workdir: Path | None = None, profile: Path | None = None, extra_args: tuple[str, ...] = (),
+             floor: bool = True) -> CaseResult:
+    """One sender and one receiver over the shaped link for about `seconds` of traffic; with `floor`,
+    then the bare loops at their pace (run_floor)."""
     datagram = datagram_size_for_mtu(mtu)
     rate_bps = rate_mbps * 1e6
     # Bytes the link carries in `seconds`, less framing: the sender's bulk transfer.
     total = int(rate_bps / 8 * seconds * datagram / (datagram + FRAME_OVERHEAD) * 0.9)
     tmp = Path(tempfile.mkdtemp(prefix="fabriclab-endpoints-", dir=workdir))
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
 
     def cmd(role: str, *args: str) -> list[str]:
         line = command_line("srd", role, *args, "--mtu", str(datagram), *extra_args)
@@ -247,64 +331,71 @@ def run_case(mtu: int, rate_mbps: float, seconds: float, delay_s: float = DEFAUL
             line = [line[0], "-m", "cProfile", "-o", str(profile / f"{role}-{mtu}.prof"), *line[1:]]
         return line
 
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    probe.bind(("127.0.0.1", 0))
-    rport = probe.getsockname()[1]
-    probe.close()
-    recv = subprocess.Popen(cmd("recv", "--bind", "127.0.0.1", "--port", str(rport), "--expect-bytes", str(total),
-                                "--ready-file", str(tmp / "recv.ready"), "--json-out", str(tmp / "recv.json")),
-                            env=env, stdout=subprocess.DEVNULL)
-    link = ShapedLink(("127.0.0.1", rport), rate_bps, delay_s)
-    reaped = _Reaped()
-    send = None
-    finished = False
     try:
-        _ready(tmp / "recv.ready", recv, reaped)
-        host, port = link.address
-        send = subprocess.Popen(cmd("send", "--to", f"{host}:{port}", "--bytes", str(total), "--base-port", "0",
-                                    "--duration", f"{3 * seconds + 5:g}", "--hold",
-                                    "--ready-file", str(tmp / "send.ready"), "--json-out", str(tmp / "send.json")),
-                                env=env, stdout=subprocess.DEVNULL)
-        _ready(tmp / "send.ready", send, reaped)
-        send.send_signal(signal.SIGUSR1)
-        # The sender gives up after its --duration; the receiver lingers a little after the last byte.
-        give_up = time.monotonic() + 3 * seconds + 20
-        link.run(lambda: (reaped.done(send) and reaped.done(recv)) or time.monotonic() > give_up)
-        finished = True
-    finally:
-        link.close()
-        if not finished:  # stop what this run started, by its own handles
-            for proc in (send, recv):
-                if proc is not None and not reaped.done(proc):
-                    proc.kill()
-                    reaped.wait(proc, 5.0)
-            shutil.rmtree(tmp, ignore_errors=True)
-    s_cpu = reaped.wait(send, 10.0)
-    r_cpu = reaped.wait(recv, 10.0)
-    try:
-        sm = json.loads((tmp / "send.json").read_text())
-        rm = json.loads((tmp / "recv.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise RuntimeError(f"an endpoint wrote no results (sender exit {send.returncode}, receiver exit "
-                           f"{recv.returncode}): {exc}") from exc
+        pair = _run_pair(
+            cmd("recv", "--bind", "127.0.0.1", "--port", str(_free_port()), "--expect-bytes", str(total),
+                "--ready-file", str(tmp / "recv.ready"), "--json-out", str(tmp / "recv.json")),
+            tmp / "recv.ready",
+            # The sender gives up after its --duration; the receiver lingers a little after the last byte.
+            lambda to: cmd("send", "--to", to, "--bytes", str(total), "--base-port", "0",
+                           "--duration", f"{3 * seconds + 5:g}", "--hold",
+                           "--ready-file", str(tmp / "send.ready"), "--json-out", str(tmp / "send.json")),
+            tmp / "send.ready", rate_bps, delay_s, give_up_s=3 * seconds + 20)
+        sm, rm = _results(pair, tmp / "send.json", tmp / "recv.json")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    link = pair.link
     data, acks = link.forward.delivered, link.reverse.delivered
     packets = data + acks
-    sender, receiver = _cost(sm, s_cpu, packets), _cost(rm, r_cpu, packets)
+    sender, receiver = _cost(sm, pair.send_cpu_s, packets), _cost(rm, pair.recv_cpu_s, packets)
     both = (None if sender.us_per_packet is None or receiver.us_per_packet is None
             else round(sender.us_per_packet + receiver.us_per_packet, 1))
     run_s = (sm.get("cpu_run_s") or 0.0) + (rm.get("cpu_run_s") or 0.0)
     conn = (sm.get("connection") or {}).get("sender") or {}
+    duration = sm.get("duration", 0.0)
+    bare = None
+    if floor and data and acks and duration > 0:
+        bare = run_floor(datagram, rate_mbps, delay_s, gap_s=duration / data, ack_every=max(1, round(data / acks)),
+                         seconds=min(seconds, FLOOR_SECONDS), workdir=workdir)
     return CaseResult(
         mtu=mtu, datagram_bytes=datagram, rate_mbps=rate_mbps, delay_s=delay_s,
-        seconds=round(sm.get("duration", 0.0), 3), goodput_mbps=round(sm.get("goodput_bps", 0.0) / 1e6, 3),
+        seconds=round(duration, 3), goodput_mbps=round(sm.get("goodput_bps", 0.0) / 1e6, 3),
         data_delivered=data, acks_delivered=acks, link_drops=link.forward.dropped + link.reverse.dropped,
         retransmissions=conn.get("retransmissions", 0), completed=bool(sm.get("completed")),
         sender=sender, receiver=receiver, endpoints_us_per_packet=both,
         endpoints_us_per_data_packet=round(run_s / data * 1e6, 1) if data else None,
-        ack_ratio=round(data / acks, 2) if acks else None,
+        ack_ratio=round(data / acks, 2) if acks else None, floor=bare,
     )
+
+
+def run_floor(datagram: int, rate_mbps: float, delay_s: float, gap_s: float, ack_every: int, seconds: float,
+              workdir: Path | None = None) -> FloorResult:
+    """The bare loops of experiments.bare_loop over the same shaped link: datagrams of `datagram` bytes
+    every `gap_s` for `seconds`, an ACK-sized answer to every `ack_every`-th."""
+    tmp = Path(tempfile.mkdtemp(prefix="fabriclab-floor-", dir=workdir))
+    count = max(1, int(seconds / gap_s))
+    bare = [sys.executable, "-m", "experiments.bare_loop"]
+    try:
+        pair = _run_pair(
+            [*bare, "recv", "--port", str(_free_port()), "--ack-every", str(ack_every),
+             "--ready-file", str(tmp / "recv.ready"), "--timeout", f"{seconds + 30:g}",
+             "--json-out", str(tmp / "recv.json")],
+            tmp / "recv.ready",
+            lambda to: [*bare, "send", "--to", to, "--size", str(datagram), "--count", str(count),
+                        "--gap", f"{gap_s:.9f}", "--json-out", str(tmp / "send.json")],
+            None, rate_mbps * 1e6, delay_s, give_up_s=seconds + 40)
+        sm, rm = _results(pair, tmp / "send.json", tmp / "recv.json")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    # The sender's end markers cross the link too; they are not packets of the run.
+    data = max(0, pair.link.forward.delivered - bare_loop.END_COPIES)
+    acks = pair.link.reverse.delivered
+    packets = data + acks
+    per = (lambda cpu: round(cpu / packets * 1e6, 1)) if packets else (lambda cpu: None)
+    s_us, r_us = per(sm["cpu_run_s"]), per(rm["cpu_run_s"])
+    return FloorResult(gap_s=round(gap_s, 6), ack_every=ack_every, data_delivered=data, acks_delivered=acks,
+                       sender_us_per_packet=s_us, receiver_us_per_packet=r_us,
+                       us_per_packet=None if s_us is None or r_us is None else round(s_us + r_us, 1))
 
 
 def run_endpoint_bench(mtus: tuple[int, ...] = DEFAULT_MTUS, rate_mbps: float = DEFAULT_RATE_MBPS,
@@ -341,23 +432,34 @@ def _pct(x: float | None) -> str:
 
 
 def text_report(result: dict[str, Any]) -> str:
-    """One row per case: µs of CPU per delivered packet for the sender, the receiver and both."""
+    """One row per case: µs of CPU per delivered packet for the sender, the receiver and both, and what
+    the bare loops cost at the same pace."""
     lines = [
         "| MTU | link | goodput | DATA / ACKs delivered | sender µs/pkt | receiver µs/pkt | endpoints µs/pkt "
-        "| per DATA pkt | whole processes µs/pkt | in the kernel, sender / receiver |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| per DATA pkt | whole processes µs/pkt | in the kernel, sender / receiver | bare loops µs/pkt "
+        "| endpoints / bare |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in result["cases"]:
         s, r = c["sender"], c["receiver"]
         whole = (None if s["process_us_per_packet"] is None or r["process_us_per_packet"] is None
                  else s["process_us_per_packet"] + r["process_us_per_packet"])
+        bare = (c.get("floor") or {}).get("us_per_packet")
+        over = None if not bare or c["endpoints_us_per_packet"] is None else c["endpoints_us_per_packet"] / bare
         lines.append(
             f"| {c['mtu']} | {c['rate_mbps']:g} Mb/s | {c['goodput_mbps']:.2f} Mb/s | {c['data_delivered']} / "
             f"{c['acks_delivered']} | {_f(s['us_per_packet'])} | {_f(r['us_per_packet'])} | "
             f"{_f(c['endpoints_us_per_packet'])} | {_f(c['endpoints_us_per_data_packet'])} | {_f(whole)} | "
-            f"{_pct(s.get('kernel_share'))} / {_pct(r.get('kernel_share'))} |")
+            f"{_pct(s.get('kernel_share'))} / {_pct(r.get('kernel_share'))} | {_f(bare)} | "
+            f"{_f(over, '{:.1f}x')} |")
     target = result["target_us_per_packet"]
     worst = [c["endpoints_us_per_packet"] for c in result["cases"] if c["endpoints_us_per_packet"] is not None]
     if worst:
         lines.append(f"endpoints together: at most {max(worst):.1f} µs per delivered packet (target < {target:g})")
+    floors = [c["floor"]["us_per_packet"] for c in result["cases"]
+              if c.get("floor") and c["floor"]["us_per_packet"] is not None]
+    if floors:
+        lines.append(f"bare loops at the endpoints' pace (a wake-up and a system call per datagram, no "
+                     f"transport): {min(floors):.1f}-{max(floors):.1f} µs per delivered packet on this machine"
+                     + (", the target below them" if min(floors) >= target else ""))
     return "\n".join(lines)

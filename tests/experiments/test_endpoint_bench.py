@@ -38,8 +38,32 @@ def test_one_run_over_loopback_counts_packets_and_cpu() -> None:
         assert side.cpu_process_s is not None and side.cpu_process_s >= side.cpu_run_s
         assert side.kernel_share is not None and 0.0 <= side.kernel_share <= 1.0
     assert r.endpoints_us_per_packet == pytest.approx(r.sender.us_per_packet + r.receiver.us_per_packet, abs=0.2)
+    # The bare loops ran after it at its pace, answering as often as its receiver did.
+    f = r.floor
+    assert f is not None and f.ack_every == max(1, round(r.data_delivered / r.acks_delivered))
+    assert f.gap_s == pytest.approx(r.seconds / r.data_delivered, rel=0.01)
+    assert f.data_delivered > 0 and f.us_per_packet is not None and f.us_per_packet > 0
     text = eb.text_report({"target_us_per_packet": eb.TARGET_US_PER_PACKET, "cases": [eb.asdict(r)]})
     assert f"| {r.sender.us_per_packet:.1f} | {r.receiver.us_per_packet:.1f} |" in text
+    assert f"| {f.us_per_packet:.1f} | {r.endpoints_us_per_packet / f.us_per_packet:.1f}x |" in text
+    assert "bare loops at the endpoints' pace" in text
+
+
+def test_the_bare_loops_send_count_datagrams_and_answer_every_kth() -> None:
+    f = eb.run_floor(1472, rate_mbps=20.0, delay_s=0.0002, gap_s=0.002, ack_every=3, seconds=0.5)
+    assert f.data_delivered == 250  # every one across the link, the end markers not counted
+    assert f.acks_delivered == 84  # every third, and one for the last two
+    assert f.sender_us_per_packet and f.receiver_us_per_packet
+    assert f.us_per_packet == pytest.approx(f.sender_us_per_packet + f.receiver_us_per_packet, abs=0.2)
+
+
+def test_a_case_without_acks_reports_no_floor() -> None:
+    row = {"mtu": 1500, "rate_mbps": 4.0, "goodput_mbps": 0.0, "data_delivered": 0, "acks_delivered": 0,
+           "sender": {"us_per_packet": None, "process_us_per_packet": None},
+           "receiver": {"us_per_packet": None, "process_us_per_packet": None},
+           "endpoints_us_per_packet": None, "endpoints_us_per_data_packet": None, "floor": None}
+    text = eb.text_report({"target_us_per_packet": eb.TARGET_US_PER_PACKET, "cases": [row]})
+    assert text.splitlines()[-1].endswith("| - | - |") and "bare loops at" not in text
 
 
 def test_the_median_run_is_reported() -> None:
