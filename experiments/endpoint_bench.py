@@ -305,12 +305,12 @@ def _run_pair(recv_cmd: list[str], recv_ready: Path, send_cmd: Callable[[str], l
     return _Pair(link, send, recv, reaped.wait(send, 10.0), reaped.wait(recv, 10.0))
 
 
-def _results(pair: _Pair, send_json: Path, recv_json: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def _results(pair: _Pair, send_json: Path, recv_json: Path, what: str) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         return json.loads(send_json.read_text()), json.loads(recv_json.read_text())
     except (OSError, ValueError) as exc:
-        raise RuntimeError(f"{' '.join(map(str, pair.send.args[1:3]))} wrote no results (sender exit "
-                           f"{pair.send.returncode}, receiver exit {pair.recv.returncode}): {exc}") from exc
+        raise RuntimeError(f"{what} wrote no results (sender exit {pair.send.returncode}, receiver exit "
+                           f"{pair.recv.returncode}): {exc}") from exc
 
 
 def run_case(mtu: int, rate_mbps: float, seconds: float, delay_s: float = DEFAULT_DELAY_S,
@@ -341,7 +341,7 @@ def run_case(mtu: int, rate_mbps: float, seconds: float, delay_s: float = DEFAUL
                            "--duration", f"{3 * seconds + 5:g}", "--hold",
                            "--ready-file", str(tmp / "send.ready"), "--json-out", str(tmp / "send.json")),
             tmp / "send.ready", rate_bps, delay_s, give_up_s=3 * seconds + 20)
-        sm, rm = _results(pair, tmp / "send.json", tmp / "recv.json")
+        sm, rm = _results(pair, tmp / "send.json", tmp / "recv.json", "an endpoint")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     link = pair.link
@@ -384,7 +384,7 @@ def run_floor(datagram: int, rate_mbps: float, delay_s: float, gap_s: float, ack
             lambda to: [*bare, "send", "--to", to, "--size", str(datagram), "--count", str(count),
                         "--gap", f"{gap_s:.9f}", "--json-out", str(tmp / "send.json")],
             None, rate_mbps * 1e6, delay_s, give_up_s=seconds + 40)
-        sm, rm = _results(pair, tmp / "send.json", tmp / "recv.json")
+        sm, rm = _results(pair, tmp / "send.json", tmp / "recv.json", "a bare loop")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     # The sender's end markers cross the link too; they are not packets of the run.
