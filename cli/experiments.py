@@ -133,7 +133,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "the whole processes, start-up included. Then two bare Python loops run over the same link at the "
         "endpoints' pace, sending and answering datagrams of the same sizes as often and doing nothing else: "
         "what this machine charges for the wake-ups and the datagrams alone, to read the endpoints' figure "
-        "against. Needs no root and no fabric; about --seconds plus 4 per run.")
+        "against. Last, the transport core's receive path runs in this process back to back and after "
+        "sleeping the run's gap between packets: where the second is many times the first, the endpoints' "
+        "figure is mostly the machine's price of waking. Needs no root and no fabric; about --seconds plus "
+        "4-6 per run.")
     p.add_argument("--mtu", type=_mtu_list, default=None, metavar="BYTES,...",
                    help="link MTUs to run (default: 1500,9000); datagrams fill them")
     p.add_argument("--rate", type=positive_float, default=None, metavar="MBPS",

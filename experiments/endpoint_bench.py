@@ -15,7 +15,9 @@ packets delivered to hosts): microseconds of CPU per delivered packet.
 Then two bare loops (experiments.bare_loop) run over the same link at the endpoints' pace: datagrams of
 the same size as often, an ACK-sized answer as often, and nothing else. What they cost is what this
 machine charges for a wake-up and a datagram, which no transport in Python avoids; the endpoints'
-figure over theirs is what the transport itself adds.
+figure over theirs is what the transport itself adds. Last, the core's receive path runs in this
+process back to back and after sleeping the run's gap between packets (experiments.idle_penalty): on a
+machine where the second is many times the first, the endpoints' figure is mostly the price of waking.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments import bare_loop
+from experiments import bare_loop, idle_penalty
 from experiments.endpoints import command_line
 from transport.core.headers import UDP_FRAME_OVERHEAD, datagram_size_for_mtu
 
@@ -206,6 +208,9 @@ class CaseResult:
     endpoints_us_per_data_packet: float | None
     ack_ratio: float | None  # DATA packets per ACK
     floor: FloorResult | None = None  # the bare loops at the same pace: the machine's price of the wake-ups
+    # The core's receive path in the bench's own process (experiments.idle_penalty), µs per DATA
+    # datagram: back to back, and after sleeping the run's mean gap between DATA datagrams.
+    core_receive_us: dict[str, float] | None = None
 
 
 def _cost(metrics: dict[str, Any], process_s: float | None, packets: int) -> EndpointCost:
@@ -353,10 +358,14 @@ def run_case(mtu: int, rate_mbps: float, seconds: float, delay_s: float = DEFAUL
     run_s = (sm.get("cpu_run_s") or 0.0) + (rm.get("cpu_run_s") or 0.0)
     conn = (sm.get("connection") or {}).get("sender") or {}
     duration = sm.get("duration", 0.0)
-    bare = None
+    bare = core = None
     if floor and data and acks and duration > 0:
-        bare = run_floor(datagram, rate_mbps, delay_s, gap_s=duration / data, ack_every=max(1, round(data / acks)),
+        gap = duration / data
+        bare = run_floor(datagram, rate_mbps, delay_s, gap_s=gap, ack_every=max(1, round(data / acks)),
                          seconds=min(seconds, FLOOR_SECONDS), workdir=workdir)
+        datagrams = idle_penalty.data_datagrams(datagram, idle_penalty.PACKETS + idle_penalty.WARM_UP)
+        core = {"back_to_back": idle_penalty.receive_path_us(datagrams, 0.0),
+                "after_gap": idle_penalty.receive_path_us(datagrams, gap)}
     return CaseResult(
         mtu=mtu, datagram_bytes=datagram, rate_mbps=rate_mbps, delay_s=delay_s,
         seconds=round(duration, 3), goodput_mbps=round(sm.get("goodput_bps", 0.0) / 1e6, 3),
@@ -364,7 +373,7 @@ def run_case(mtu: int, rate_mbps: float, seconds: float, delay_s: float = DEFAUL
         retransmissions=conn.get("retransmissions", 0), completed=bool(sm.get("completed")),
         sender=sender, receiver=receiver, endpoints_us_per_packet=both,
         endpoints_us_per_data_packet=round(run_s / data * 1e6, 1) if data else None,
-        ack_ratio=round(data / acks, 2) if acks else None, floor=bare,
+        ack_ratio=round(data / acks, 2) if acks else None, floor=bare, core_receive_us=core,
     )
 
 
@@ -462,4 +471,11 @@ def text_report(result: dict[str, Any]) -> str:
         lines.append(f"bare loops at the endpoints' pace (a wake-up and a system call per datagram, no "
                      f"transport): {min(floors):.1f}-{max(floors):.1f} µs per delivered packet on this machine"
                      + (", the target below them" if min(floors) >= target else ""))
+    for c in result["cases"]:
+        core = c.get("core_receive_us")
+        if core and c["data_delivered"]:
+            gap_ms = c["seconds"] / c["data_delivered"] * 1e3
+            lines.append(f"MTU {c['mtu']}: the transport core's receive path (a DATA datagram in, its ACK out) "
+                         f"costs {core['back_to_back']:.1f} µs back to back and {core['after_gap']:.1f} after "
+                         f"sleeping the run's {gap_ms:.1f} ms between DATA datagrams")
     return "\n".join(lines)
