@@ -363,9 +363,7 @@ def run_case(mtu: int, rate_mbps: float, seconds: float, delay_s: float = DEFAUL
         gap = duration / data
         bare = run_floor(datagram, rate_mbps, delay_s, gap_s=gap, ack_every=max(1, round(data / acks)),
                          seconds=min(seconds, FLOOR_SECONDS), workdir=workdir)
-        datagrams = idle_penalty.data_datagrams(datagram, idle_penalty.PACKETS + idle_penalty.WARM_UP)
-        core = {"back_to_back": idle_penalty.receive_path_us(datagrams, 0.0),
-                "after_gap": idle_penalty.receive_path_us(datagrams, gap)}
+        core = idle_penalty.probe(datagram, gap)
     return CaseResult(
         mtu=mtu, datagram_bytes=datagram, rate_mbps=rate_mbps, delay_s=delay_s,
         seconds=round(duration, 3), goodput_mbps=round(sm.get("goodput_bps", 0.0) / 1e6, 3),

@@ -7,7 +7,9 @@ component spent per million packets delivered to the hosts: Open vSwitch (with t
 work done in its thread), the transport endpoints, the controller, the runner and everything else.
 CPU seconds per million packets is microseconds per packet; the endpoints' figure (sender and
 receiver processes together, from their own CPU reports) is also shown against the target of
-`ENDPOINT_TARGET_US` microseconds per delivered packet.
+`ENDPOINT_TARGET_US` microseconds per delivered packet, and beside it what the transport core's receive
+path costs in this process back to back and after sleeping a flow's time between packets
+(experiments.idle_penalty): an endpoint woken once per packet pays the second.
 """
 
 from __future__ import annotations
@@ -57,6 +59,27 @@ def arm_summary(arm: ArmResult) -> dict[str, Any]:
     }
 
 
+def flow_pace(arm: ArmResult) -> tuple[int, float] | None:
+    """(datagram bytes, seconds between a flow's DATA datagrams: the median flow's) of an arm whose
+    flows are the transport's; None for TCP or an arm without packets."""
+    paces = sorted((f["duration_s"] / f["data_packets"], int(f["mtu"])) for f in arm.get("flows") or []
+                   if f.get("data_packets") and f.get("duration_s") and f.get("mtu"))
+    if not paces:
+        return None
+    gap, datagram = paces[(len(paces) - 1) // 2]
+    return datagram, gap
+
+
+def _core_probe(arm: ArmResult) -> dict[str, float] | None:
+    """The core's receive path back to back and after sleeping the arm's pace (experiments.idle_penalty)."""
+    pace = flow_pace(arm)
+    if pace is None:
+        return None
+    from experiments import idle_penalty
+
+    return idle_penalty.probe(*pace)
+
+
 def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 3)
 
@@ -79,7 +102,7 @@ def run_fidelity_bench(cases: list[tuple[str, str | None]], duration: float | No
             "mtu": topo.mtu,
             "results": str(rendered.out_dir / "results.json"),
             "trusted": all(a.get("fidelity", {}).get("trusted") for a in doc["arms"] if not a.get("error")),
-            "arms": [arm_summary(a) for a in doc["arms"]],
+            "arms": [{**arm_summary(a), "core_receive_us": _core_probe(a)} for a in doc["arms"]],
         })
     result["trusted"] = all(c["trusted"] for c in result["cases"])
     return result
@@ -108,6 +131,11 @@ def text_report(result: dict[str, Any]) -> str:
                 verdict = "within" if ep < ENDPOINT_TARGET_US else "over"
                 lines.append(f"  {'':<12} endpoints (sender + receiver): {ep:g} µs per delivered packet, {verdict} "
                              f"the target of {ENDPOINT_TARGET_US:g}")
+            core = a.get("core_receive_us")
+            if core:
+                lines.append(f"  {'':<12} the core's receive path (a DATA datagram in, its ACK out): "
+                             f"{core['back_to_back']:g} µs back to back, {core['after_gap']:g} after sleeping "
+                             f"{core['gap_s'] * 1e3:.1f} ms, a flow's time between packets")
             for r in a["reasons"]:
                 lines.append(f"  {'':<12} ! {r}")
     lines.append(f"overall trusted: {str(result['trusted']).lower()}")

@@ -68,3 +68,12 @@ def receive_path_us(datagrams: list[bytes], gap_s: float) -> float:
         now += gap_s or 0.001
     measured = len(datagrams) - WARM_UP
     return round(spent / measured * 1e6, 1) if measured > 0 else 0.0
+
+
+def probe(datagram: int, gap_s: float) -> dict[str, float]:
+    """The receive path's CPU µs per DATA datagram of `datagram` bytes, back to back and after sleeping
+    `gap_s` (about PACKETS times `gap_s` of sleep)."""
+    datagrams = data_datagrams(datagram, PACKETS + WARM_UP)
+    return {"back_to_back": receive_path_us(datagrams, 0.0), "after_gap": receive_path_us(datagrams, gap_s),
+            "gap_s": round(gap_s, 6)}
+

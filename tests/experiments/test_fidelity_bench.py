@@ -57,3 +57,17 @@ def test_cpu_table_without_endpoint_reports_leaves_the_figure_out():
     text = fidelity_bench.text_report({"cases": [{"case": "demo", "topology": SPEC, "mtu": 1500, "trusted": True,
                                                    "arms": [summary]}], "trusted": True})
     assert "endpoints (sender + receiver)" not in text
+
+
+def test_the_core_probe_takes_the_median_flow_s_pace_and_is_shown_beside_the_endpoints():
+    flows = [{"mtu": 1472, "duration_s": 5.0, "data_packets": n} for n in (1000, 2000, 4000)]
+    assert fidelity_bench.flow_pace({"flows": flows}) == (1472, 5.0 / 2000)
+    assert fidelity_bench.flow_pace({"flows": [{"mtu": None, "duration_s": 5.0, "data_packets": 0}]}) is None
+    assert fidelity_bench.flow_pace({"flows": []}) is None  # TCP's arm: no transport flows
+
+    topo = parse_spec(SPEC)
+    summary = {**fidelity_bench.arm_summary(_arm(topo, 0.3, 0.4, per_host_link=1000)),
+               "core_receive_us": {"back_to_back": 4.6, "after_gap": 60.1, "gap_s": 0.0025}}
+    text = fidelity_bench.text_report({"cases": [{"case": "demo", "topology": SPEC, "mtu": 1500, "trusted": True,
+                                                   "arms": [summary]}], "trusted": True})
+    assert "receive path (a DATA datagram in, its ACK out): 4.6 µs back to back, 60.1 after sleeping 2.5 ms" in text
