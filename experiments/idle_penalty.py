@@ -15,9 +15,12 @@ import time
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection
 
-# Datagrams measured per figure, after WARM_UP that are not (the connection's first allocations).
+# Datagrams measured per figure, after WARM_UP that are not (the connection's first allocations);
+# fewer on slow paces, so that a probe sleeps at most about MAX_SLEEP_S, but at least MIN_PACKETS.
 PACKETS = 100
+MIN_PACKETS = 20
 WARM_UP = 10
+MAX_SLEEP_S = 5.0
 
 
 def data_datagrams(datagram: int, count: int) -> list[bytes]:
@@ -48,13 +51,14 @@ def data_datagrams(datagram: int, count: int) -> list[bytes]:
 
 def receive_path_us(datagrams: list[bytes], gap_s: float) -> float:
     """CPU µs per datagram of a fresh receiver Connection's receive path (receive_datagram, the ACK
-    it makes at once, its events), the process sleeping `gap_s` before each (0: back to back)."""
+    it makes at once, its events), the process sleeping `gap_s` before each measured one (0: back to
+    back)."""
     receiver = Connection(TransportConfig(mtu=max(map(len, datagrams))), 1, seed=2)
     cpu = time.process_time
     spent = 0.0
     now = 0.0
     for i, data in enumerate(datagrams):
-        if gap_s > 0:
+        if gap_s > 0 and i >= WARM_UP:
             time.sleep(gap_s)
         t0 = cpu()
         took = receiver.receive_datagram(data, now)
@@ -72,8 +76,9 @@ def receive_path_us(datagrams: list[bytes], gap_s: float) -> float:
 
 def probe(datagram: int, gap_s: float) -> dict[str, float]:
     """The receive path's CPU µs per DATA datagram of `datagram` bytes, back to back and after sleeping
-    `gap_s` (about PACKETS times `gap_s` of sleep)."""
-    datagrams = data_datagrams(datagram, PACKETS + WARM_UP)
+    `gap_s` (PACKETS of them, fewer where that would sleep more than MAX_SLEEP_S)."""
+    packets = PACKETS if gap_s * PACKETS <= MAX_SLEEP_S else max(MIN_PACKETS, int(MAX_SLEEP_S / gap_s))
+    datagrams = data_datagrams(datagram, packets + WARM_UP)
     return {"back_to_back": receive_path_us(datagrams, 0.0), "after_gap": receive_path_us(datagrams, gap_s),
             "gap_s": round(gap_s, 6)}
 

@@ -129,3 +129,16 @@ def test_the_core_receive_path_is_timed_on_real_data_packets() -> None:
     assert idle_penalty.receive_path_us(datagrams[:12], 0.001) > 0
     with pytest.raises(RuntimeError, match="not received"):
         idle_penalty.receive_path_us([*datagrams[:12], b"garbage"], 0.0)
+
+
+def test_a_probe_at_a_slow_pace_sleeps_a_bounded_time(monkeypatch) -> None:
+    from experiments import idle_penalty
+
+    slept: list[float] = []
+    monkeypatch.setattr(idle_penalty.time, "sleep", slept.append)
+    core = idle_penalty.probe(1472, gap_s=0.5)  # 100 packets would sleep 50 s
+    assert core["gap_s"] == 0.5 and core["back_to_back"] > 0 and core["after_gap"] > 0
+    assert slept == [0.5] * idle_penalty.MIN_PACKETS  # the warm-up's datagrams come back to back
+    slept.clear()
+    idle_penalty.probe(1472, gap_s=0.02)
+    assert slept == [0.02] * idle_penalty.PACKETS  # 2 s: within MAX_SLEEP_S
