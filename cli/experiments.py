@@ -88,7 +88,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "fabrics given with --topo) and print, per arm: the fidelity verdict (CPU idle min and mean over the "
         "traffic window; trusted needs at least 35 % idle), goodput as a share of the ideal and of what the "
         "wire format allows, and CPU seconds per million packets delivered for Open vSwitch, the "
-        "endpoints, the controller, the runner and the rest. Takes a few minutes.")
+        "endpoints, the controller, the runner and the rest; beside the endpoints', what the transport "
+        "core's receive path costs in this process back to back and after sleeping a flow's time between "
+        "packets. Takes a few minutes.")
     p.add_argument("--topo", action="append", default=None, metavar="SPEC",
                    help="a fabric to run instead of the defaults (repeatable)")
     p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
