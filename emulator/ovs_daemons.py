@@ -14,6 +14,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from transport.core.headers import ETHERNET_HEADER
+
 DAEMONS = ("ovs-vswitchd", "ovsdb-server")
 # Switches look for a restarted controller every second at most (OVS backs off to 8 s by default).
 RECONNECT_MS = 1000
@@ -65,7 +67,6 @@ POLLSKIP_LINGER_ENV = "FABRICLAB_POLLSKIP_LINGER_US"
 LINGER_FRACTION = 1 / 4
 LINGER_MAX_US = 20000
 LINGER_MIN_US = 100
-ETHERNET_HEADER = 14
 
 
 def linger_us(rates_mbps: Iterable[float], mtu: int) -> int:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from experiments import idle_penalty
 from experiments.scenarios import ecmp_vs_spray
 from experiments.schema import ArmResult
 
@@ -73,11 +74,7 @@ def flow_pace(arm: ArmResult) -> tuple[int, float] | None:
 def _core_probe(arm: ArmResult) -> dict[str, float] | None:
     """The core's receive path back to back and after sleeping the arm's pace (experiments.idle_penalty)."""
     pace = flow_pace(arm)
-    if pace is None:
-        return None
-    from experiments import idle_penalty
-
-    return idle_penalty.probe(*pace)
+    return None if pace is None else idle_penalty.probe(*pace)
 
 
 def _round(x: float | None) -> float | None:

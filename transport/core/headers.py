@@ -15,11 +15,11 @@ IPV6_HEADER = 40
 UDP_HEADER = 8
 # What an IPv4 MTU holds besides one datagram.
 IP_UDP_HEADERS = IPV4_HEADER + UDP_HEADER
-# Header bytes on the link per DATA packet and per ACK frame: the transport's own, UDP, IPv4, Ethernet.
-DATA_WIRE_OVERHEAD = DATA_HEADER_LEN + IP_UDP_HEADERS + ETHERNET_HEADER
-ACK_FRAME = ACK_LEN + IP_UDP_HEADERS + ETHERNET_HEADER
 # What a link carries besides one UDP datagram: its UDP, IPv4 and Ethernet headers.
 UDP_FRAME_OVERHEAD = IP_UDP_HEADERS + ETHERNET_HEADER
+# Header bytes on the link per DATA packet and per ACK frame: the transport's own, UDP, IPv4, Ethernet.
+DATA_WIRE_OVERHEAD = DATA_HEADER_LEN + UDP_FRAME_OVERHEAD
+ACK_FRAME = ACK_LEN + UDP_FRAME_OVERHEAD
 
 
 def datagram_size_for_mtu(mtu: int, ipv6: bool = False) -> int:
