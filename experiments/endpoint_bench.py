@@ -398,8 +398,7 @@ def run_floor(datagram: int, rate_mbps: float, delay_s: float, gap_s: float, ack
     data = max(0, pair.link.forward.delivered - bare_loop.END_COPIES)
     acks = pair.link.reverse.delivered
     packets = data + acks
-    per = (lambda cpu: round(cpu / packets * 1e6, 1)) if packets else (lambda cpu: None)
-    s_us, r_us = per(sm["cpu_run_s"]), per(rm["cpu_run_s"])
+    s_us, r_us = _cost(sm, None, packets).us_per_packet, _cost(rm, None, packets).us_per_packet
     return FloorResult(gap_s=round(gap_s, 6), ack_every=ack_every, data_delivered=data, acks_delivered=acks,
                        sender_us_per_packet=s_us, receiver_us_per_packet=r_us,
                        us_per_packet=None if s_us is None or r_us is None else round(s_us + r_us, 1))
