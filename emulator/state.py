@@ -68,6 +68,9 @@ class RunState:
 
 
 def pid_alive(pid: int | None) -> bool:
+    """Whether `pid` is a running process. A zombie (it has exited, and its parent has not reaped it yet)
+    counts as gone: it holds nothing, and a run killed by a parent that has not yet waited for it (a
+    script's Popen, a shell between prompts) must not keep `clean` from tearing the run down."""
     if not pid:
         return False
     try:
@@ -76,7 +79,13 @@ def pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False  # gone since
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def _cmdline(pid: int) -> str:

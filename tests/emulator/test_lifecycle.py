@@ -72,13 +72,22 @@ KILL_LEFTOVERS = {"per-switch": ("ovs_daemons", "removed Open vSwitch daemon"),
 def test_clean_after_kill(tmp_path, daemons):
     proc = _start_up(tmp_path, daemons)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    kind, line = KILL_LEFTOVERS[daemons]
-    left = new_leftovers()
-    assert left[kind] and left["work_directories"], f"a killed run should leave {kind} for clean to find"
-    out = subprocess.run([*FABRICLAB, "clean"], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert line in out.stdout
+    try:
+        # Not reaped yet: the killed run is a zombie of this process, as it would be of a script that has
+        # not waited for it, and clean must still take its record for what it is, a dead run.
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the killed run did not die"
+            time.sleep(0.01)
+        kind, line = KILL_LEFTOVERS[daemons]
+        left = new_leftovers()
+        assert left[kind] and left["work_directories"], f"a killed run should leave {kind} for clean to find"
+        out = subprocess.run([*FABRICLAB, "clean"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "still active" not in out.stdout + out.stderr
+        assert line in out.stdout
+    finally:
+        proc.wait()
     assert_no_leftovers()
 
 
