@@ -79,13 +79,19 @@ def pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
+    return process_state(pid) not in ("Z", "X", "")
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of `pid` in /proc (R, S, D, Z for a zombie, ...); "" once it is gone, None where
+    /proc cannot tell."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:
-        return False  # gone since
+        return ""
     except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
 
 
 def _cmdline(pid: int) -> str:

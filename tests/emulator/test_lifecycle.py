@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from emulator.network import Fabric
+from emulator.state import process_state
 from tests.emulator_helpers import assert_no_leftovers, new_leftovers
 from topologies import parse_spec
 
@@ -76,7 +77,7 @@ def test_clean_after_kill(tmp_path, daemons):
         # Not reaped yet: the killed run is a zombie of this process, as it would be of a script that has
         # not waited for it, and clean must still take its record for what it is, a dead run.
         deadline = time.monotonic() + 10
-        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        while process_state(proc.pid) != "Z":
             assert time.monotonic() < deadline, "the killed run did not die"
             time.sleep(0.01)
         kind, line = KILL_LEFTOVERS[daemons]

@@ -8,13 +8,8 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from emulator.state import pid_alive
-
-
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+from emulator.state import pid_alive, process_state
 
 
 def test_a_running_process_is_alive_and_a_zombie_is_not():
@@ -24,7 +19,7 @@ def test_a_running_process_is_alive_and_a_zombie_is_not():
         assert proc.stdin is not None
         proc.stdin.close()  # it exits; unreaped, it stays a zombie
         deadline = time.monotonic() + 10
-        while _state(proc.pid) != "Z":
+        while process_state(proc.pid) != "Z":
             assert time.monotonic() < deadline, "the child did not exit"
             time.sleep(0.01)
         os.kill(proc.pid, 0)  # the pid still answers signals...
@@ -32,7 +27,7 @@ def test_a_running_process_is_alive_and_a_zombie_is_not():
     finally:
         proc.kill()
         proc.wait()
-    assert not pid_alive(proc.pid)
+    assert not pid_alive(proc.pid) and process_state(proc.pid) == ""
 
 
 def test_no_pid_is_not_alive():
