@@ -32,6 +32,10 @@ RUN_ENV = "FABRICLAB_RUN_ID"
 class RunState:
     run_id: str
     pid: int = field(default_factory=os.getpid)
+    # When that process started (clock ticks since boot, /proc/PID/stat): a pid the kernel has given to
+    # another process since is told from the run's own, which a record left by a killed run would
+    # otherwise keep "active" for good. None in records written before it was kept.
+    pid_start: int | None = field(default_factory=lambda: process_start(os.getpid()))
     started: float = field(default_factory=time.time)
     topology: str = ""
     bridges: list[str] = field(default_factory=list)
@@ -66,6 +70,14 @@ class RunState:
     def load(cls, path: Path) -> RunState:
         return cls(**json.loads(path.read_text()))
 
+    def runner_alive(self) -> bool:
+        """Whether the process that wrote this record still runs (and is that process, not a later one
+        that was given its pid)."""
+        if not pid_alive(self.pid):
+            return False
+        start = process_start(self.pid)
+        return self.pid_start is None or start is None or start == self.pid_start
+
 
 def pid_alive(pid: int | None) -> bool:
     """Whether `pid` is a running process. A zombie (it has exited, and its parent has not reaped it yet)
@@ -92,6 +104,14 @@ def process_state(pid: int) -> str | None:
     except OSError:
         return None
     return stat.rsplit(")", 1)[1].split()[0]
+
+
+def process_start(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat's starttime); None if it cannot tell."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _cmdline(pid: int) -> str:
@@ -261,7 +281,7 @@ def clean(force: bool = False) -> tuple[list[str], list[str]]:
             except (OSError, ValueError, TypeError):
                 path.unlink(missing_ok=True)
                 continue
-            if pid_alive(state.pid) and state.pid != os.getpid() and not force:
+            if state.runner_alive() and state.pid != os.getpid() and not force:
                 skipped.append(f"run {state.run_id} (pid {state.pid}) is still active")
                 active.add(state.run_id)
                 continue
@@ -289,6 +309,6 @@ def active_runs() -> list[RunState]:
                 state = RunState.load(path)
             except (OSError, ValueError, TypeError):
                 continue
-            if pid_alive(state.pid):
+            if state.runner_alive():
                 runs.append(state)
     return runs
