@@ -15,6 +15,8 @@ import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulator.state import proc_stat_fields
+
 OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
 _HZ = os.sysconf("SC_CLK_TCK")
 
@@ -48,13 +50,9 @@ def steal_fraction(before: tuple[int, int, int], after: tuple[int, int, int]) ->
 
 def process_cpu_seconds(pid: int | None) -> float | None:
     """User + system CPU seconds of a live process (all its threads), or None if it is gone."""
-    if not pid:
+    fields = proc_stat_fields(pid) if pid else None
+    if not fields:
         return None
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _HZ
 
 

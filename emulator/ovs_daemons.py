@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from emulator.state import pid_alive
 from transport.core.headers import ETHERNET_HEADER
 
 DAEMONS = ("ovs-vswitchd", "ovsdb-server")
@@ -176,7 +177,8 @@ def stop_daemons(pids: Iterable[int], must_contain: str, timeout: float = 5.0) -
     deadline = time.monotonic() + timeout
     left = list(ours)
     while left and time.monotonic() < deadline:
-        left = [pid for pid in left if _alive(pid)]
+        # Detached daemons are init's to reap: pid_alive takes a zombie for gone.
+        left = [pid for pid in left if pid_alive(pid)]
         if left:
             time.sleep(0.02)
     for pid in left:
@@ -185,13 +187,3 @@ def stop_daemons(pids: Iterable[int], must_contain: str, timeout: float = 5.0) -
         except ProcessLookupError:
             pass
     return ours
-
-
-def _alive(pid: int) -> bool:
-    # Daemons detach (their parent is init), so they are not our children to reap; a zombie has no
-    # command line left.
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return bool(_cmdline(pid))

@@ -73,16 +73,14 @@ class RunState:
     def runner_alive(self) -> bool:
         """Whether the process that wrote this record still runs (and is that process, not a later one
         that was given its pid)."""
-        if not pid_alive(self.pid):
-            return False
-        start = process_start(self.pid)
-        return self.pid_start is None or start is None or start == self.pid_start
+        return pid_alive(self.pid, self.pid_start)
 
 
-def pid_alive(pid: int | None) -> bool:
-    """Whether `pid` is a running process. A zombie (it has exited, and its parent has not reaped it yet)
-    counts as gone: it holds nothing, and a run killed by a parent that has not yet waited for it (a
-    script's Popen, a shell between prompts) must not keep `clean` from tearing the run down."""
+def pid_alive(pid: int | None, start: int | None = None) -> bool:
+    """Whether `pid` is a running process (and, given its `start` as process_start read it, still the
+    process that started then). A zombie (it has exited, and its parent has not reaped it yet) counts as
+    gone: it holds nothing, and a run killed by a parent that has not yet waited for it (a script's
+    Popen, a shell between prompts) must not keep `clean` from tearing the run down."""
     if not pid:
         return False
     try:
@@ -91,26 +89,42 @@ def pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    return process_state(pid) not in ("Z", "X", "")
+    fields = proc_stat_fields(pid)
+    if fields is None:  # no /proc to tell: the signal's answer stands
+        return True
+    if not fields or fields[0] in ("Z", "X"):
+        return False
+    return start is None or _start_of(fields) in (None, start)
 
 
-def process_state(pid: int) -> str | None:
-    """The state letter of `pid` in /proc (R, S, D, Z for a zombie, ...); "" once it is gone, None where
-    /proc cannot tell."""
+def proc_stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name ([0] the state, [11] and [12] user and system CPU
+    ticks, [19] the start time); [] once the process is gone, None where /proc cannot tell."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:
-        return ""
+        return []
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[0]
+    return stat.rsplit(")", 1)[1].split()
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of `pid` (R, S, D, Z for a zombie, ...); "" once it is gone, None where /proc
+    cannot tell."""
+    fields = proc_stat_fields(pid)
+    return None if fields is None else (fields[0] if fields else "")
 
 
 def process_start(pid: int) -> int | None:
     """When `pid` started, in clock ticks since boot (/proc/PID/stat's starttime); None if it cannot tell."""
+    return _start_of(proc_stat_fields(pid) or [])
+
+
+def _start_of(fields: list[str]) -> int | None:
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return int(fields[19])
+    except (IndexError, ValueError):
         return None
 
 
