@@ -15,7 +15,7 @@ import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator.state import proc_stat_fields
+from emulator.procs import proc_stat_fields
 
 OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
 _HZ = os.sysconf("SC_CLK_TCK")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from emulator.state import pid_alive
+from emulator.procs import pid_alive
 from transport.core.headers import ETHERNET_HEADER
 
 DAEMONS = ("ovs-vswitchd", "ovsdb-server")

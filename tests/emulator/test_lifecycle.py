@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from emulator.network import Fabric
-from emulator.state import process_state
+from emulator.procs import process_state
 from tests.emulator_helpers import assert_no_leftovers, new_leftovers
 from topologies import parse_spec
 

@@ -13,7 +13,8 @@ import sys
 import time
 from dataclasses import replace
 
-from emulator.state import RunState, pid_alive, process_start, process_state
+from emulator.procs import pid_alive, process_start, process_state
+from emulator.state import RunState
 
 
 def test_a_running_process_is_alive_and_a_zombie_is_not():
