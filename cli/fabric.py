@@ -204,9 +204,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         with new_fabric(topo, mode=args.mode, isolation=args.switch_daemons) as fab:
             print(_describe(fab), flush=True)
             if args.cli:
-                from mininet.cli import CLI
+                from cli.mininet_cli import run_cli
 
-                CLI(fab.net)
+                run_cli(fab.net)
             else:
                 if args.hold is None:
                     print("fabric is up; press Ctrl-C to tear it down", flush=True)
