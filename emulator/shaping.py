@@ -169,9 +169,11 @@ def tc_batch(commands: list[list[str]]) -> str:
 def nft_loss_ruleset(intf: str, loss_pct: float) -> str:
     """An nftables netdev table dropping loss_pct % of IPv4 packets leaving intf."""
     threshold = round(loss_pct / 100 * LOSS_SCALE)
+    # numgen's values are 0..LOSS_SCALE-1, and nft refuses a bound above them: at 100 % every packet goes.
+    chance = f"numgen random mod {LOSS_SCALE} lt {threshold} " if threshold < LOSS_SCALE else ""
     return (
         f'table netdev {nft_table_name(intf)} {{ chain egress {{ type filter hook egress device "{intf}" '
-        f"priority 0; meta protocol ip numgen random mod {LOSS_SCALE} lt {threshold} counter drop ; }} ; }}"
+        f"priority 0; meta protocol ip {chance}counter drop ; }} ; }}"
     )
 
 
@@ -202,9 +204,10 @@ class InterfaceShaper:
         return self.set_loss(intf, imp.loss_pct, run) if not self.netem else []
 
     def set_loss(self, intf: str, loss_pct: float, run: Runner, imp: Impairment | None = None) -> list[str]:
-        """Change random loss on intf's egress at runtime."""
-        if not 0 <= loss_pct < 100:
-            raise EmulatorError(f"loss {loss_pct} % is out of range; use 0 <= loss < 100")
+        """Change random loss on intf's egress at runtime. 100 % is allowed here (a topology's links stay
+        below it): a link that drops everything while its ports stay up, the silent failure of lab 4."""
+        if not 0 <= loss_pct <= 100:
+            raise EmulatorError(f"loss {loss_pct} % is out of range; use 0 <= loss <= 100")
         if self.netem:
             imp = Impairment(
                 rate_mbps=imp.rate_mbps if imp else None,

@@ -139,6 +139,20 @@ def test_a_runtime_rate_survives_a_later_loss_change(ls222):
     assert f"rate {int(rate)}Mbit" in htb_rate()
 
 
+def test_full_loss_drops_everything_while_the_link_stays_up(ls222):
+    """Lab 4's silent failure: 100 % loss on a link whose ports stay up."""
+    sw, _ = ls222.topology.host_switch("h1")
+    intf = ls222.topology.links_between("h1", sw)[0].intf("h1")
+    h1, dst = ls222.host("h1"), ls222.ip("h4")
+    try:
+        ls222.set_loss("h1", sw, 100.0)
+        assert " 0 received" in h1.cmd(f"ping -c 5 -i 0.2 -W 1 {dst}")
+        assert "state UP" in h1.cmd(f"ip link show {intf}")
+    finally:
+        ls222.set_loss("h1", sw, 0.0)
+    assert " 0% packet loss" in h1.cmd(f"ping -c 3 -i 0.2 -W 1 {dst}")
+
+
 def test_links_api_reports_utilisation(ls222):
     before = ls222.api.links()
     run_probe(ls222, "h1", "h4", packets=2000, entropy="rotate", rate_pps=4000)

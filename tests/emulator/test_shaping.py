@@ -10,6 +10,7 @@ from emulator.shaping import (
     Impairment,
     InterfaceShaper,
     burst_bytes,
+    nft_loss_ruleset,
     rate_change_commands,
     red_ecn_args,
     shape_commands,
@@ -179,3 +180,21 @@ def test_a_runtime_rate_is_kept_when_loss_or_ecn_reshape_the_link(monkeypatch):
     fab.set_rate("h1", sw, 8)
     red = next(c for c in ran if "red" in c)
     assert red[red.index("bandwidth") + 1] == "8mbit"
+
+
+@pytest.mark.parametrize("netem", [True, False])
+def test_runtime_loss_goes_up_to_a_link_that_drops_everything(netem):
+    # 100 % is the silent failure of lab 4: the ports stay up and nothing crosses. nft refuses a numgen
+    # bound above its range, so at 100 % the rule drops without drawing a number.
+    shaper = InterfaceShaper(netem=netem, nft_egress=True)
+    ran: list[list[str]] = []
+    shaper.set_loss("s1-eth1", 100.0, lambda cmd: (ran.append(cmd), (0, ""))[1])
+    if netem:
+        cmd = next(c for c in ran if "netem" in c)
+        assert cmd[cmd.index("loss") + 1] == "100.0%"
+    else:
+        rule = ran[-1][1]
+        assert "counter drop" in rule and "numgen" not in rule
+    assert "lt 2000 counter drop" in nft_loss_ruleset("s1-eth1", 20.0)
+    with pytest.raises(EmulatorError, match="out of range"):
+        shaper.set_loss("s1-eth1", 100.5, lambda cmd: (0, ""))
