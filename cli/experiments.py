@@ -20,7 +20,7 @@ from cli.args import (
     positive_seconds,
 )
 from emulator.errors import EmulatorError
-from emulator.network import raise_terminated
+from emulator.network import raise_terminated, terminate_on_hangup
 from experiments.model import Arm, DoesNotFit, Experiment
 from experiments.overrides import ArmNotFound
 from experiments.policy_arm import PolicyArmError
@@ -265,6 +265,7 @@ def _run(args: argparse.Namespace) -> int:
 
     require_ready(capabilities())  # one line with the fix now, not one traceback per arm later
     signal.signal(signal.SIGTERM, raise_terminated)
+    terminate_on_hangup()
     reporter = None if args.no_progress else RichReporter()
     try:
         rendered = driver.execute(exp, topo, args.out, reporter)

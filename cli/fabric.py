@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import signal
@@ -12,7 +13,15 @@ import time
 from cli.args import add_servers_argument
 from emulator.cluster import new_fabric
 from emulator.errors import EmulatorError
-from emulator.network import ISOLATION_ENV, ISOLATIONS, MODES, Fabric, Terminated, raise_terminated
+from emulator.network import (
+    ISOLATION_ENV,
+    ISOLATIONS,
+    MODES,
+    Fabric,
+    Terminated,
+    raise_terminated,
+    terminate_on_hangup,
+)
 from topologies import DEFAULT_SPEC, SpecError, parse_spec
 
 log = logging.getLogger(__name__)
@@ -199,6 +208,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     # Ctrl-C tears the fabric down even when `up` was started where SIGINT is ignored (a background
     # job of a non-interactive shell inherits it ignored, and Python then leaves it so).
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    terminate_on_hangup()
     rc = 0
     try:
         with new_fabric(topo, mode=args.mode, isolation=args.switch_daemons) as fab:
@@ -213,7 +223,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                 rc = _watch(fab, args.hold)
     except (KeyboardInterrupt, Terminated):
         pass
-    print("fabric torn down", file=sys.stderr)
+    with contextlib.suppress(OSError):  # after a hangup the terminal is gone
+        print("fabric torn down", file=sys.stderr)
     return rc
 
 

@@ -149,8 +149,8 @@ def cmd_live(args: argparse.Namespace) -> int:
 
 
 async def _with_signals(main, duration: float | None = None) -> int:
-    """Run main(stop) with SIGINT/SIGTERM (or `duration` running out) setting `stop`: teardown then runs
-    in order, never twice."""
+    """Run main(stop) with SIGINT/SIGTERM/SIGHUP (or `duration` running out) setting `stop`: teardown then
+    runs in order, never twice."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     hits = 0
@@ -163,14 +163,18 @@ async def _with_signals(main, duration: float | None = None) -> int:
             print("still tearing the fabric down; please wait", file=sys.stderr, flush=True)
         stop.set()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # SIGHUP too: the terminal went away (an ssh session that dropped); under nohup it stays ignored.
+    signals = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
+    for sig in signals:
         loop.add_signal_handler(sig, on_signal)
     try:
         result = await main(stop)
     finally:
         if timer:
             timer.cancel()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in signals:
             loop.remove_signal_handler(sig)
     return int(result or 0)
 

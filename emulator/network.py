@@ -95,12 +95,21 @@ def _host_runner(node: Any, cmd: list[str]) -> tuple[int, str]:
 
 
 class Terminated(BaseException):
-    """Raised from the SIGTERM handler so that teardown runs as for Ctrl-C."""
+    """Raised from the SIGTERM (or SIGHUP) handler so that teardown runs as for Ctrl-C; its argument
+    names the signal."""
 
 
 def raise_terminated(signum: int, frame: object) -> None:
     """A SIGTERM handler: `signal.signal(signal.SIGTERM, raise_terminated)`, then catch Terminated."""
-    raise Terminated()
+    raise Terminated(signal.Signals(signum).name)
+
+
+def terminate_on_hangup() -> None:
+    """SIGHUP (the terminal went away: a closed window, an ssh session that dropped) raises Terminated
+    too, so the fabric is torn down as on SIGTERM instead of left running. Where SIGHUP is ignored
+    (under nohup) it stays ignored. Call it from the main thread."""
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, raise_terminated)
 
 
 # The controller reads every switch's port counters once per poll interval: half a second, or longer on a

@@ -362,7 +362,8 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
             raw["seed"] = exp.seed + rep
         except (KeyboardInterrupt, Terminated) as exc:
             complete = False
-            why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else "terminated (SIGTERM)"
+            why = ("interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt)
+                   else f"terminated ({exc.args[0] if exc.args else 'SIGTERM'})")
             raws.append((arm, {"error": why, "repetition": rep}))
             records.write_arm(out_dir, i, slug, arm, raws[-1][1], flows[arm.name], nbytes[arm.name])
             reporter.arm_finished(i, arm, raws[-1][1])

@@ -239,8 +239,12 @@ async def run_tui(session: LiveSession, stop: asyncio.Event) -> int:
 
     def on_key() -> None:
         # Read the bytes themselves: sys.stdin's buffer would swallow keys the reader is not told about.
-        data = os.read(sys.stdin.fileno(), 1024).decode(errors="replace")
+        try:
+            data = os.read(sys.stdin.fileno(), 1024).decode(errors="replace")
+        except OSError:  # EIO: the terminal was hung up
+            data = ""
         if not data:
+            loop.remove_reader(sys.stdin.fileno())
             stop.set()  # the terminal went away
             return
         for ch in data:
@@ -274,7 +278,8 @@ async def run_tui(session: LiveSession, stop: asyncio.Event) -> int:
         if restore is not None:
             loop.remove_reader(sys.stdin.fileno())
             restore()
-        console.print("stopping the traffic and tearing the fabric down…")
+        with contextlib.suppress(OSError):  # a terminal that went away takes no more output
+            console.print("stopping the traffic and tearing the fabric down…")
         await session.close()
         if not starter.done():
             with contextlib.suppress(BaseException):
@@ -297,4 +302,9 @@ def _cbreak(stream: Any):
     fd = stream.fileno()
     old = termios.tcgetattr(fd)
     tty.setcbreak(fd)
-    return lambda: termios.tcsetattr(fd, termios.TCSADRAIN, old)
+
+    def restore() -> None:
+        with contextlib.suppress(termios.error, OSError):  # nothing to restore on a terminal that went away
+            termios.tcsetattr(fd, termios.TCSADRAIN, old)
+
+    return restore
