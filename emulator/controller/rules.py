@@ -34,7 +34,9 @@ transport and the probe rotate over 16 EVs from a base port that is a multiple o
 covers every path of a fabric with at most 16 of them.
 
 ECMP needs nothing of the kind: each switch seeds the multipath hash with its own `basis` (unique per
-switch), and OVS starts the hash chain from the basis, so tiers hash a flow independently.
+switch), and OVS starts the hash chain from the basis, so tiers hash a flow independently. Which next
+hop OVS picks for a packet is computable without a switch: `Multipath.link` (the hash, reproduced in
+`ovs_multipath`) and `ecmp_port` (that link through table 1).
 
 Same-switch traffic is delivered locally except in `via-tor` mode, where priority-300 entries keyed on
 the host ports send it to an upper-tier neighbour, whose hairpin entries (in_port = the port toward
@@ -51,8 +53,9 @@ import hashlib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from emulator.controller.ovs_multipath import Address, multipath_link
 from topologies.model import ROLE_TIER, Link, Node, Topology
 from transport.core.contract import DEFAULT_PORT, EV_BITS, ROUTING_MODES, UDP_PORT_BITS
 
@@ -100,8 +103,18 @@ class Multipath:
     n_links: int
     basis: int
 
+    FIELDS: ClassVar[str] = "symmetric_l3l4+udp"
+    ALGORITHM: ClassVar[str] = "hrw"
+    REG0_BITS: ClassVar[int] = 16  # the app writes reg0[0..15]
+
     def __str__(self) -> str:
-        return f"multipath(symmetric_l3l4+udp,{self.basis},hrw,{self.n_links},0,reg0)"
+        return (f"multipath({self.FIELDS},{self.basis},{self.ALGORITHM},{self.n_links},0,"
+                f"reg0[0..{self.REG0_BITS - 1}])")
+
+    def link(self, ip_src: Address, ip_dst: Address, proto: int, sport: int = 0, dport: int = 0) -> int:
+        """The value Open vSwitch writes into reg0 for this packet (emulator.controller.ovs_multipath)."""
+        return multipath_link(ip_src, ip_dst, proto, sport, dport, self.basis, self.n_links, self.ALGORITHM,
+                              fields=self.FIELDS)
 
 
 @dataclass(frozen=True)
@@ -293,6 +306,31 @@ def spray_buckets(n_ports: int, divisor: int = 1) -> int:
 def spray_choice(ev: int, n_ports: int, divisor: int = 1) -> int:
     """Index of the next hop that entropy value `ev` takes out of `n_ports` (see the module docstring)."""
     return (ev // divisor) % n_ports
+
+
+def ecmp_port(
+    entry: FlowEntry, flows: Iterable[FlowEntry], ip_src: Address, ip_dst: Address, proto: int,
+    sport: int = 0, dport: int = 0,
+) -> int | str:
+    """The port a switch's table-0 `entry` sends a packet to when the packet takes the hash: the entry's
+    own output, or the table-1 bucket entry (metadata = the entry's next-hop set, reg0 = the link Open
+    vSwitch's multipath picks) among the switch's `flows`. Spray's entries on the UDP ports, which
+    outrank the buckets in spray mode, are not consulted."""
+    link = set_id = None
+    for a in entry.actions:
+        if isinstance(a, Output):
+            return a.port
+        if isinstance(a, Multipath):
+            link = a.link(ip_src, ip_dst, proto, sport, dport)
+        elif isinstance(a, WriteNextHopSet):
+            set_id = a.set_id
+    if link is None or set_id is None:
+        raise ValueError(f"entry neither outputs nor hashes onto a next-hop set: {entry}")
+    bucket = (("metadata", set_id), ("reg0", link))
+    for f in flows:
+        if f.table == TABLE_NEXT_HOP and f.match == bucket and f.actions and isinstance(f.actions[0], Output):
+            return f.actions[0].port
+    raise ValueError(f"no table-{TABLE_NEXT_HOP} entry for next-hop set {set_id:#x}, link {link}")
 
 
 def multipath_bases(topo: Topology) -> dict[str, int]:

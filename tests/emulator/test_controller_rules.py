@@ -2,16 +2,15 @@
 
 A small interpreter runs the computed flow tables on abstract packets, so the tests check where
 packets go (per mode, per UDP source port, with links down), not only what the entries look like.
-Its `multipath` is a model of Open vSwitch's (murmur-based symmetric_l3l4+udp hash seeded with the
-basis, then highest-random-weight link choice), because whether tiers hash a flow independently
-depends on the hash: a linear stand-in such as CRC32 would show correlations OVS does not have.
+Its `multipath` is Open vSwitch's own link choice (emulator.controller.ovs_multipath, checked against
+ofproto/trace), because whether tiers hash a flow independently depends on the hash: a linear
+stand-in such as CRC32 would show correlations OVS does not have.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
-import ipaddress
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,52 +78,6 @@ def _matches(flow: FlowEntry, fields: dict) -> bool:
     return True
 
 
-# -- a model of OVS's multipath action (lib/hash.h without SSE4.2, flow_hash_symmetric_l3l4, HRW) ------
-_M32 = 0xFFFFFFFF
-
-
-def _rot(x: int, k: int) -> int:
-    return ((x << k) | (x >> (32 - k))) & _M32
-
-
-def _mhash_add(h: int, data: int) -> int:
-    if data:
-        data = _rot((data * 0xCC9E2D51) & _M32, 15) * 0x1B873593 & _M32
-        h ^= data
-    return (_rot(h, 13) * 5 + 0xE6546B64) & _M32
-
-
-def _hash_finish(h: int, final: int) -> int:
-    h ^= final
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
-    return h ^ (h >> 16)
-
-
-def _swap(value: int, size: int) -> int:
-    # OVS hashes header fields as stored (network byte order) and read as little-endian words.
-    return int.from_bytes(value.to_bytes(size, "big"), "little")
-
-
-@functools.cache
-def _ip(address: str) -> int:
-    return int(ipaddress.IPv4Address(address))
-
-
-def ovs_multipath(pkt: Pkt, basis: int, n_links: int) -> int:
-    """Link (0..n_links-1) OVS's multipath(symmetric_l3l4+udp, basis, hrw, n_links) gives `pkt`."""
-    h = basis
-    h = _mhash_add(h, _swap(_ip(pkt.src) ^ _ip(pkt.dst), 4))
-    h = _mhash_add(h, pkt.ip_proto)
-    if pkt.ip_proto in (IPPROTO_TCP, IPPROTO_UDP):
-        h = _mhash_add(h, _swap(pkt.sport ^ pkt.dport, 2))
-    h = _hash_finish(h, basis)
-    weights = [_hash_finish(_mhash_add(_mhash_add(h, 0), link), 8) for link in range(n_links)]
-    return weights.index(max(weights))
-
-
 # Flow tables indexed by destination (table 0) and next-hop set (table 1), and lookups remembered per
 # (switch, table, header fields): the fabric-wide walks below cross hundreds of thousands of switches,
 # and scanning every entry each time would take minutes. The fields never include the source address,
@@ -177,7 +130,7 @@ def forward(flows: tuple[FlowEntry, ...], pkt: Pkt, in_port: int) -> int | str |
             if isinstance(a, Output):
                 return a.port
             if isinstance(a, Multipath):
-                fields["reg0"] = ovs_multipath(pkt, a.basis, a.n_links)
+                fields["reg0"] = a.link(pkt.src, pkt.dst, pkt.ip_proto, pkt.sport, pkt.dport)
             elif isinstance(a, WriteNextHopSet):
                 fields["metadata"] = a.set_id
             elif isinstance(a, GotoTable):
