@@ -19,7 +19,7 @@ from topologies import parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "scripts" / "vm" / "build.sh"
-KEY_INPUTS = ("scripts/vm/build.sh", "scripts/vm/init", "scripts/setup.sh", "pyproject.toml")
+KEY_INPUTS = ("scripts/vm/build.sh", "scripts/vm/init", "scripts/setup.sh", "scripts/lib.sh", "pyproject.toml")
 
 # Every check the guest must report, by name; a missing one fails like a failed one.
 GUEST_CHECKS = (
@@ -102,3 +102,34 @@ def test_vm_boots_and_passes_its_checks(tmp_path):
     assert by_name["doctor kernel datapath"]["figures"]["datapath"] == "kernel"
     assert by_name["loss goes through netem"]["figures"]["method"] == "netem"
     assert results["vm"]["accel"] in ("kvm", "tcg")
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_vm_shell_runs_doctor_as_typed():
+    """`make vm-shell`, driven through a terminal as a person would: its greeting's advice, `fabriclab
+    doctor`, works at the prompt (the kernel datapath, netem and RED), and `exit` powers the VM off."""
+    import pexpect
+
+    child = pexpect.spawn("make", ["vm-shell"], cwd=str(ROOT), encoding="utf-8", timeout=900,
+                          dimensions=(40, 200), env={**os.environ, "TERM": "xterm"})
+    try:
+        child.expect(r"Try: fabriclab doctor\.", timeout=1500)  # may build the image first
+        child.expect(r"root@fabriclab:[^\r\n]*# ")
+        child.sendline("fabriclab doctor")
+        child.expect(r"all required parts are present|missing: [^\r\n]*")
+        report = child.before + child.after
+        assert "command not found" not in report, report
+        assert child.after.startswith("all required"), report
+        lines = {line.split("]", 1)[1].split()[0]: line for line in report.splitlines() if line.strip().startswith("[")}
+        assert "kernel" in lines["datapath"], report
+        assert "[ok" in lines["netem"] and "[ok" in lines["red"], report
+        child.expect(r"root@fabriclab:[^\r\n]*# ")
+        child.sendline("exit")
+        child.expect(pexpect.EOF, timeout=120)
+    finally:
+        if child.isalive():
+            child.terminate(force=True)  # run.sh's trap stops the qemu it started, by its pid
+    child.close()
+    assert child.exitstatus == 0, f"make vm-shell exited with {child.exitstatus} (signal {child.signalstatus})"
