@@ -8,12 +8,26 @@
 #   FABRICLAB_DEV_TOOLS=0  leave out Chromium and Vagrant, which only the test suite uses (the live view's
 #                          browser test, the Vagrantfile's validation); the VM image does
 #   FABRICLAB_IMAGE_BUILD=1  install only, start nothing (building an image in a chroot)
+# /etc/fabriclab/setup.conf (FABRICLAB_SETUP_CONF), when present, gives the defaults of VENV and
+# FABRICLAB_DEV_TOOLS as VAR=value lines: the Vagrantfile's provisioning writes it, so a later `make demo`
+# in the VM keeps its venv in /opt and its test tools left out. The environment still wins.
+# A wheelhouse/ folder in the project, when present, makes pip install from it alone (no index): that is
+# how a VM whose pip cannot reach the index is provisioned (`make wheelhouse` fills it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
+CONF=${FABRICLAB_SETUP_CONF:-/etc/fabriclab/setup.conf}
+if [ -f "$CONF" ]; then
+    conf_value() { sed -n "s/^$1=//p" "$CONF" | tail -1; }
+    VENV=${VENV:-$(conf_value VENV)}
+    FABRICLAB_DEV_TOOLS=${FABRICLAB_DEV_TOOLS:-$(conf_value FABRICLAB_DEV_TOOLS)}
+fi
 VENV=${VENV:-.venv}
 APT_PACKAGES=(mininet openvswitch-switch nftables iperf3 iputils-ping ethtool iproute2 procps kmod
-              python3-venv python3-pip tcpdump openssh-client openssh-server sudo libtcmalloc-minimal4)
+              python3-venv python3-pip tcpdump openssh-client openssh-server sudo libtcmalloc-minimal4 make)
+# make: the documented commands (`make demo` in the Vagrant VM) use it, and Debian's minimal systems and
+# its Vagrant box lack it.
 # openssh-server provides the sshd binary that `fabriclab cluster` starts inside its namespace servers
 # (listening on their private underlay only); the system's own sshd service is not started or enabled.
 # Vagrant is only used to validate the Vagrantfile; it is optional (not in every Ubuntu release).
@@ -38,22 +52,10 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
+mapfile -t missing < <(missing_packages "${APT_PACKAGES[@]}")
 if [ ${#missing[@]} -gt 0 ]; then
     log "installing apt packages: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    # Installing a daemon's package must not start it (an sshd on port 22 would be a listening server
-    # the user did not ask for): policy-rc.d answers "not now" for the time of the install.
-    own_policy=
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && own_policy=1
-    fi
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
+    apt_install "${missing[@]}"
     if [[ " ${missing[*]} " == *" openssh-server "* ]] && command -v systemctl >/dev/null \
        && [ -d /run/systemd/system ]; then
         systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
@@ -74,13 +76,25 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # Reinstall when pyproject.toml's content changes, not its date: a fresh clone (or the VM, which sees the
 # project through a share) has new dates on old content.
+# Without the dev tools (the VMs) the Python test tools are left out too: under qemu's TCG, pip spends
+# minutes on them (selenium and its dependencies, hypothesis) for nothing the VM runs.
+target='.[test]'
+if [ "${FABRICLAB_DEV_TOOLS:-1}" = 0 ]; then target=.; fi
 stamp="$VENV/.fabriclab-installed"
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $target"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    log "installing fabriclab into $VENV (pip install -e .[test])"
-    "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[test]'
+    offline=()
+    if compgen -G 'wheelhouse/*.whl' >/dev/null; then offline=(--no-index --find-links wheelhouse); fi
+    log "installing fabriclab into $VENV (pip install -e $target${offline:+, offline from wheelhouse/})"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "${offline[@]}" -e "$target"
     echo "$want" >"$stamp"
 fi
+
+# A venv outside the project (the VM's /opt/fabriclab-venv) puts its command on every PATH, sudo's
+# included: `vagrant ssh -c 'sudo fabriclab doctor'` works as typed.
+case "$VENV" in
+    /*) mkdir -p /usr/local/bin && ln -sfn "$VENV/bin/fabriclab" /usr/local/bin/fabriclab ;;
+esac
 
 # pollskip (emulator/native/pollskip.c): preloaded into the per-switch Open vSwitch daemons, it saves
 # the ~15 reads per wake-up that their poll() already found empty. Rebuilt when its source changes;
@@ -93,7 +107,7 @@ if [ "$(cat "$shim.sha256" 2>/dev/null)" != "$shim_want" ] || [ ! -f "$shim" ]; 
         log "building $shim"
         gcc -O2 -Wall -shared -fPIC -o "$shim.tmp" "$shim_src" -ldl && mv "$shim.tmp" "$shim" \
             && echo "$shim_want" >"$shim.sha256"
-    else
+    elif [ ! -d /sys/module/openvswitch ] && ! modprobe -q -n openvswitch 2>/dev/null; then
         log "no C compiler: the switch daemons run without $shim (apt-get install gcc libc6-dev)"
     fi
 fi

@@ -32,9 +32,10 @@ def private_ovs_daemons() -> list[str]:
 
 
 def work_directories() -> list[str]:
-    # `make vm-test` keeps its results in /tmp/fabriclab-vm-*, on purpose: a results folder, not a leftover.
+    # `make vm-test` and `make vagrant-test` keep their results in /tmp/fabriclab-vm-* and
+    # /tmp/fabriclab-vagrant-out-*, on purpose: results folders, not leftovers.
     return sorted(str(p) for p in Path(tempfile.gettempdir()).glob("fabriclab-*")
-                  if p.is_dir() and not p.name.startswith("fabriclab-vm-"))
+                  if p.is_dir() and not p.name.startswith(("fabriclab-vm-", "fabriclab-vagrant-out-")))
 
 
 def fabric_interfaces() -> list[str]:

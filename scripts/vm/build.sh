@@ -16,6 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
+source scripts/lib.sh
 
 SUITE=${FABRICLAB_VM_SUITE:-bookworm}
 CACHE=${FABRICLAB_VM_CACHE:-/var/cache/fabriclab/vm}
@@ -29,7 +30,7 @@ die() { printf 'vm-build: %s\n' "$*" >&2; exit 1; }
 
 key=$( {
     echo "$SUITE $IMAGE_PACKAGES"
-    cat scripts/vm/build.sh scripts/vm/init scripts/setup.sh pyproject.toml
+    cat scripts/vm/build.sh scripts/vm/init scripts/setup.sh scripts/lib.sh pyproject.toml
     cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null || true
 } | sha256sum | cut -c1-16)
 if [ "${1:-}" = --key ]; then
@@ -39,16 +40,10 @@ fi
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (mmdebstrap and the chroot need it); try: sudo make vm"
 
-missing=()
-for p in "${HOST_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
+mapfile -t missing < <(missing_packages "${HOST_PACKAGES[@]}")
 if [ ${#missing[@]} -gt 0 ]; then
     log "installing host packages: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
-        || die "could not install ${missing[*]} from Debian's packages"
+    apt_install "${missing[@]}" || die "could not install ${missing[*]} from Debian's packages"
 fi
 
 dir=$CACHE/$key
@@ -60,12 +55,7 @@ fi
 
 mkdir -p "$CACHE"
 work=$(mktemp -d "$CACHE/.build-XXXXXX")
-cleanup() {
-    # mmdebstrap unmounts what it mounted; anything left mounted under the work dir is ours to undo.
-    for m in $(awk -v w="$work" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r); do umount -l "$m" || true; done
-    rm -rf --one-file-system "$work"
-}
-trap cleanup EXIT
+trap 'remove_scratch "$work"' EXIT
 t0=$(date +%s)
 
 log "staging the project and downloading its Python packages on the host"
@@ -73,7 +63,7 @@ mkdir -p "$work/src" "$work/wheels"
 tar -C "$ROOT" --exclude=./.git --exclude=./.venv --exclude=./results --exclude=__pycache__ \
     --exclude='*.egg-info' --exclude=./.pytest_cache --exclude=./.ruff_cache -cf - . | tar -C "$work/src" -xf -
 if ! /usr/bin/python3 -m pip wheel -q --disable-pip-version-check --wheel-dir "$work/wheels" \
-        "setuptools>=64" wheel "$work/src[test]" >"$work/pip.log" 2>&1; then
+        "setuptools>=64" wheel "$work/src" >"$work/pip.log" 2>&1; then
     tail -20 "$work/pip.log" >&2
     die "pip could not fetch fabriclab's Python packages (above)"
 fi
