@@ -82,10 +82,19 @@ def test_readme_vagrant_block_is_the_whole_path():
     assert any("fabriclab doctor" in c for c in cmds)
 
 
+def vm_processes() -> list[str]:
+    """The daemons and VMs a Vagrant run on libvirt starts: libvirt's, its DHCP server, qemu, and the
+    ssh tunnels of forwarded ports."""
+    out = subprocess.run(["pgrep", "-a", "-f", r"libvirtd|virtlogd|dnsmasq|qemu-system|ssh .*vagrant"],
+                         capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if "pgrep" not in line]
+
+
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_readme_vagrant_commands_as_typed(tmp_path):
+    before = vm_processes()
     out = tmp_path / "out"
     proc = subprocess.run(["make", "vagrant-test"], cwd=ROOT, env={**os.environ, "FABRICLAB_VAGRANT_OUT": str(out)},
                           capture_output=True, text=True, timeout=2300, stdin=subprocess.DEVNULL)
@@ -100,6 +109,8 @@ def test_readme_vagrant_commands_as_typed(tmp_path):
     left = (out / "left.txt").read_text() if (out / "left.txt").exists() else ""
     assert not failed and not left.strip() and proc.returncode == 0, (
         f"failed {failed}; left behind {left!r}; exit {proc.returncode}\n{tail}")
+    started = sorted(set(vm_processes()) - set(before))
+    assert not started, f"processes left running: {started}"
     ran = [s["step"] for s in result["steps"]]
     for cmd in readme_vagrant_commands():
         assert cmd in ran, f"README command not run: {cmd}"
