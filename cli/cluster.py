@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 
 from cli.args import number_arg, show_help
 from emulator.errors import EmulatorError
@@ -36,9 +37,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from emulator.cluster.selftest import run_selftest
+    from emulator.network import raise_terminated, terminate_on_hangup
     from emulator.system import capabilities, require_ready
 
     require_ready(capabilities())
+    signal.signal(signal.SIGTERM, raise_terminated)
+    terminate_on_hangup()
 
     def line(c) -> None:
         if not args.json:

@@ -303,6 +303,7 @@ def cmd_bench_fidelity(args: argparse.Namespace) -> int:
         if spec:
             parse_spec(spec)
     signal.signal(signal.SIGTERM, raise_terminated)
+    terminate_on_hangup()
     result = fidelity_bench.run_fidelity_bench(
         cases, args.duration, args.out, progress=lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
     print(json.dumps(result, indent=1) if args.json else fidelity_bench.text_report(result))
@@ -317,6 +318,7 @@ def cmd_bench_capacity(args: argparse.Namespace) -> int:
     isolations = {"both": list(capacity_bench.ISOLATIONS), "all": [*capacity_bench.ISOLATIONS, "per-switch"]}.get(
         args.switch_daemons, [args.switch_daemons])
     signal.signal(signal.SIGTERM, raise_terminated)
+    terminate_on_hangup()
     result = capacity_bench.run_capacity_bench(
         cases, isolations, args.out, start=args.start, steps=1 if args.quick else args.steps,
         duration=args.duration, progress=lambda s: print(f"  {s}", file=sys.stderr, flush=True))

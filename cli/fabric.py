@@ -126,6 +126,7 @@ def cmd_bench_fabric(args: argparse.Namespace) -> int:
     from emulator.bench import run_fabric_bench
 
     signal.signal(signal.SIGTERM, raise_terminated)
+    terminate_on_hangup()
     try:
         result = run_fabric_bench(quick=args.quick, budget_s=args.budget,
                                   progress=lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
@@ -274,6 +275,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     dst = args.dst or hosts[-1]
     cases = ALL_MODE_CASES if args.mode == "all" else ((args.mode, args.entropy),)
     signal.signal(signal.SIGTERM, raise_terminated)
+    terminate_on_hangup()
     results = []
     try:
         with Fabric(topo, mode=cases[0][0]) as fab:

@@ -151,13 +151,17 @@ def cmd_live(args: argparse.Namespace) -> int:
 async def _with_signals(main, duration: float | None = None) -> int:
     """Run main(stop) with SIGINT/SIGTERM/SIGHUP (or `duration` running out) setting `stop`: teardown then
     runs in order, never twice."""
+    from emulator.network import detach_from_terminal, hangup_ignored
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     hits = 0
     timer = loop.call_later(duration, stop.set) if duration else None
 
-    def on_signal() -> None:
+    def on_signal(sig: int) -> None:
         nonlocal hits
+        if sig == signal.SIGHUP:  # the terminal is gone: the last frame and teardown's lines go nowhere
+            detach_from_terminal()
         hits += 1
         if hits > 1:
             print("still tearing the fabric down; please wait", file=sys.stderr, flush=True)
@@ -165,10 +169,10 @@ async def _with_signals(main, duration: float | None = None) -> int:
 
     # SIGHUP too: the terminal went away (an ssh session that dropped); under nohup it stays ignored.
     signals = [signal.SIGINT, signal.SIGTERM]
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+    if not hangup_ignored():
         signals.append(signal.SIGHUP)
     for sig in signals:
-        loop.add_signal_handler(sig, on_signal)
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         result = await main(stop)
     finally:

@@ -102,3 +102,17 @@ def main(argv: Sequence[str] | None = None, *, modules: Sequence[str] = COMMAND_
     except KeyboardInterrupt:
         print(f"{args.prog}: interrupted", file=sys.stderr)
         return 130
+    except BaseException as exc:
+        if not _terminated(exc):
+            raise
+        print(f"{args.prog}: terminated ({exc.args[0] if exc.args else 'SIGTERM'})", file=sys.stderr)
+        return 143
+
+
+def _terminated(exc: BaseException) -> bool:
+    """Whether `exc` is the emulator's Terminated (SIGTERM or SIGHUP, raised where a command brings
+    fabrics up): only a command that imported emulator.network can have raised it, and the transport's
+    commands, which run inside the emulated hosts, stay without that import."""
+    network = sys.modules.get("emulator.network")
+    return network is not None and isinstance(exc, network.Terminated)
+

@@ -3,13 +3,15 @@
     with Fabric(parse_spec("leaf-spine:spines=2,leaves=2,hosts=2"), mode="spray") as fab:
         fab.host("h1").cmd("ping -c1", fab.ip("h3"))
 
-The fabric is always torn down: on leaving the block, on exceptions, on SIGINT and SIGTERM. What it
-creates is recorded first (see emulator.state), so `fabriclab clean` can remove the leftovers of a run
-that was killed outright. It never calls Mininet's cleanup(), which kills processes by name.
+The fabric is always torn down: on leaving the block, on exceptions, on SIGINT, SIGTERM and SIGHUP
+(the terminal closing). What it creates is recorded first (see emulator.state), so `fabriclab clean` can
+remove the leftovers of a run that was killed outright. It never calls Mininet's cleanup(), which kills
+processes by name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -17,6 +19,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -104,12 +107,44 @@ def raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signal.Signals(signum).name)
 
 
+def raise_hung_up(signum: int, frame: object) -> None:
+    """The SIGHUP handler: the terminal is gone, so what teardown prints goes to /dev/null instead of
+    failing on it, then Terminated is raised as on SIGTERM."""
+    detach_from_terminal()
+    raise_terminated(signum, frame)
+
+
+def detach_from_terminal() -> None:
+    """Point stdout and stderr, where they were a terminal, at /dev/null: a hung-up terminal answers
+    every write with EIO, which would turn a clean teardown's last message (or a full-screen view's
+    last frame) into a failure. Output redirected to a file or a pipe is left alone."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            with contextlib.suppress(OSError):
+                if stat.S_ISCHR(os.fstat(fd).st_mode):  # a hung-up terminal no longer passes isatty()
+                    os.dup2(null, fd)
+    finally:
+        os.close(null)
+
+
+def ignore_hangup(signum: int, frame: object) -> None:
+    """SIGHUP where this process was started to ignore it (under nohup): nothing to do. Installed instead
+    of SIG_IGN where the programs it starts must begin with the default again (emulator.cluster)."""
+
+
+def hangup_ignored() -> bool:
+    return signal.getsignal(signal.SIGHUP) in (signal.SIG_IGN, ignore_hangup)
+
+
 def terminate_on_hangup() -> None:
     """SIGHUP (the terminal went away: a closed window, an ssh session that dropped) raises Terminated
     too, so the fabric is torn down as on SIGTERM instead of left running. Where SIGHUP is ignored
-    (under nohup) it stays ignored. Call it from the main thread."""
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-        signal.signal(signal.SIGHUP, raise_terminated)
+    (under nohup) it stays ignored. Call it from the main thread. Every Fabric installs it for its
+    lifetime; a command that brings fabrics up calls it first, so that a hangup between them (or
+    before the first) ends the command the same way."""
+    if not hangup_ignored():
+        signal.signal(signal.SIGHUP, raise_hung_up)
 
 
 # The controller reads every switch's port counters once per poll interval: half a second, or longer on a
@@ -174,6 +209,8 @@ class Fabric:
     def _install_signal_handlers(self) -> None:
         try:
             self._old_handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, raise_terminated)
+            if not hangup_ignored():
+                self._old_handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, raise_hung_up)
         except ValueError:  # not the main thread: the caller handles signals
             pass
 
@@ -662,6 +699,7 @@ class Fabric:
         # Ignore a second Ctrl-C/SIGTERM while tearing down: a half-torn-down fabric is worse.
         old_int = _swap_handler(signal.SIGINT, signal.SIG_IGN)
         old_term = _swap_handler(signal.SIGTERM, signal.SIG_IGN)
+        old_hup = None if hangup_ignored() else _swap_handler(signal.SIGHUP, detach_on_hangup)
         try:
             if self.controller is not None:
                 self.controller.stop()
@@ -690,8 +728,15 @@ class Fabric:
             self.timings.teardown_s = time.monotonic() - t0
             _swap_handler(signal.SIGINT, old_int)
             _swap_handler(signal.SIGTERM, old_term)
+            if old_hup is not None:
+                _swap_handler(signal.SIGHUP, old_hup)
             self._restore_signal_handlers()
             self._started = False
+
+
+def detach_on_hangup(signum: int, frame: object) -> None:
+    """SIGHUP during teardown: finish it, only without the terminal."""
+    detach_from_terminal()
 
 
 def _swap_handler(sig: int, handler: Any) -> Any:

@@ -26,6 +26,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from emulator.network import detach_from_terminal
 from experiments.analysis.links import fabric_hops
 from live import controls
 from live.controls import ControlError
@@ -243,9 +244,10 @@ async def run_tui(session: LiveSession, stop: asyncio.Event) -> int:
             data = os.read(sys.stdin.fileno(), 1024).decode(errors="replace")
         except OSError:  # EIO: the terminal was hung up
             data = ""
-        if not data:
+        if not data:  # the terminal went away (its hangup may not have been handled yet)
             loop.remove_reader(sys.stdin.fileno())
-            stop.set()  # the terminal went away
+            detach_from_terminal()
+            stop.set()
             return
         for ch in data:
             out = keys.feed(ch)

@@ -36,7 +36,7 @@ from typing import Any
 from emulator.cluster import nsservers
 from emulator.cluster.placement import crossing_links, place
 from emulator.errors import EmulatorError
-from emulator.network import PRIVATE_DAEMONS, Fabric
+from emulator.network import PRIVATE_DAEMONS, Fabric, ignore_hangup
 from emulator.ovs_daemons import RECONNECT_MS, daemon_pids
 from emulator.state import BRIDGE_MARK, active_runs
 from topologies.model import KERNEL_MTU
@@ -340,10 +340,6 @@ class ClusterFabric(Fabric):
         self.ns_servers = []
 
 
-def _ignore_hangup(signum: int, frame: Any) -> None:
-    """SIGHUP, as this process received it under nohup: nothing to do."""
-
-
 def _hangups_reach_node_shells() -> None:
     """Mininet ends each node's shell with SIGHUP, and a remote node's shell is an ssh client (under
     sudo, which hands its command the dispositions it started with). Under nohup every child inherits
@@ -351,7 +347,7 @@ def _hangups_reach_node_shells() -> None:
     cluster selftest stuck in Mininet's Node.cleanup). A handler that does nothing keeps this process
     as deaf to hangups as nohup made it, while the programs it starts begin with the default again."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
-        signal.signal(signal.SIGHUP, _ignore_hangup)
+        signal.signal(signal.SIGHUP, ignore_hangup)
 
 
 def idle_between(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> dict[str, float]:
