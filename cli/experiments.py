@@ -24,7 +24,7 @@ from emulator.network import raise_terminated, terminate_on_hangup
 from experiments.model import Arm, DoesNotFit, Experiment
 from experiments.overrides import ArmNotFound
 from experiments.policy_arm import PolicyArmError
-from experiments.records import ResultsWriteError
+from experiments.records import ResultsReadError, ResultsWriteError
 from experiments.runner import Reporter
 from experiments.schema import RawArm
 from experiments.traffic import TrafficError
@@ -38,7 +38,7 @@ class ExperimentNotFound(LookupError):
 
 
 USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError, ExperimentNotFound, ArmNotFound, TrafficError,
-               PolicyArmError, ResultsWriteError, DoesNotFit)
+               PolicyArmError, ResultsWriteError, ResultsReadError, DoesNotFit)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:

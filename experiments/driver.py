@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,18 +111,34 @@ def _render_views(doc: ResultsDocument, out_dir: Path) -> Rendered:
 def rerender(path: Path) -> Rendered:
     """`fabriclab report DIR`: the table, sentences and plots again from a stored results.json; or,
     when the run never wrote one (it crashed, or was killed), the whole run rebuilt from its arms'
-    records."""
+    records. A folder that is not a run's (a file of the wrong shape, a FIFO, a device, a huge file)
+    is a ResultsReadError naming the file; outputs replace what sat at their paths, symlinks included."""
     path = Path(path)
     if path.is_dir() and not (path / records.RESULTS_FILE).exists() and records.has_records(path):
         return rebuild(path)
     doc = results.load(path)
-    return _render_views(doc, path if path.is_dir() else path.parent)
+    with _renderable(path):
+        return _render_views(doc, path if path.is_dir() else path.parent)
 
 
 def rebuild(out_dir: Path) -> Rendered:
     """results.json, summary.md and the plots of a run from its manifest and per-arm records."""
     exp, topo, outcome = records.load_run(out_dir)
-    return render(build_document(exp, topo, outcome), out_dir)
+    with _renderable(out_dir):
+        doc = build_document(exp, topo, outcome)
+    return render(doc, out_dir)
+
+
+@contextmanager
+def _renderable(where: Path) -> Iterator[None]:
+    # What the schema cannot say (a fabric whose links name no node, a value out of its range) still
+    # makes stored material unusable: one line naming the folder, the traceback only with -vv.
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as exc:
+        log.debug("rendering %s failed", where, exc_info=True)
+        raise records.ResultsReadError(f"{where} does not hold a run that can be rendered "
+                                       f"({type(exc).__name__}: {exc})") from None
 
 
 def prepare(name: str, topo: str | None = None, duration: float | None = None, seed: int | None = None,

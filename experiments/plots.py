@@ -8,6 +8,7 @@ no data in this experiment is skipped.
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from experiments import records
 from experiments.analysis import links
 from experiments.schema import ArmResult, ResultsDocument, arm_label
 
@@ -30,9 +32,13 @@ def _ok(doc: ResultsDocument) -> list[ArmResult]:
 
 
 def _save(fig: Any, out_dir: Path, name: str) -> str:
+    # Rendered in memory and written by rename: a symlink planted at the plot's path is replaced, and
+    # whatever it points to is never written.
     fig.tight_layout()
-    fig.savefig(out_dir / name, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    records.atomic_write(out_dir / name, buf.getvalue())
     return name
 
 

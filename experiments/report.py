@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from experiments import records
 from experiments.analysis.fidelity import STEAL_NOTE
 from experiments.schema import ResultsDocument, arm_label
 
@@ -145,6 +146,4 @@ def summary_markdown(doc: ResultsDocument, sentences: list[str], plots: list[str
 
 
 def write_summary(doc: ResultsDocument, sentences: list[str], plots: list[str], out_dir: Path) -> Path:
-    path = out_dir / "summary.md"
-    path.write_text(summary_markdown(doc, sentences, plots))
-    return path
+    return records.atomic_write(out_dir / "summary.md", summary_markdown(doc, sentences, plots))

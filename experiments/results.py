@@ -14,14 +14,13 @@ report it; `add_slowdowns`), from the endpoint's own framing and minimum RTT and
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from emulator import cpu
-from experiments import arms, records
+from experiments import arms, records, schema
 from experiments.analysis.fidelity import OVS_CEILING_PPS, fidelity_verdict
 from experiments.analysis.framing import (
     bottleneck_bps,
@@ -345,10 +344,20 @@ def save(doc: ResultsDocument, out_dir: Path) -> Path:
 
 
 def load(path: Path) -> ResultsDocument:
+    """A stored results.json, read bounded (records.read_json) and held to the schema: a file that is
+    not a results document is a ResultsReadError naming what is wrong. Keys the schema does not know
+    pass (an older or newer run may carry some); a missing key or a value of another type does not."""
     p = Path(path)
     if p.is_dir():
         p = p / "results.json"
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist; give a results directory (results/NAME/<timestamp>) "
                                 "or its results.json")
-    return json.loads(p.read_text())
+    doc = records.read_json(p)
+    if not isinstance(doc, dict):
+        raise records.ResultsReadError(f"{p} holds a JSON {type(doc).__name__}, not a results document (an object)")
+    wrong = [w for w in schema.validate(doc) if ": unknown key " not in w]
+    if wrong:
+        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+        raise records.ResultsReadError(f"{p} is not a results document: {wrong[0]}{more}")
+    return doc

@@ -250,7 +250,8 @@ class RawArm(TypedDict, total=False):
 def validate(doc: Any) -> list[str]:
     """Problems with a results document (empty when it conforms)."""
     out = problems(doc, ResultsDocument, "results")
-    for i, arm in enumerate(doc.get("arms", []) if isinstance(doc, dict) else []):
+    arms = doc.get("arms") if isinstance(doc, dict) else None
+    for i, arm in enumerate(arms if isinstance(arms, list) else []):
         gp = arm.get("goodput_bps") if isinstance(arm, dict) else None
         if isinstance(gp, int | float) and gp < 0:
             out.append(f"results.arms[{i}] ({arm.get('name')}): negative goodput")
