@@ -3,8 +3,10 @@ with ``--collective`` of a reduce-scatter, all-gather, all-to-all or hierarchica
 (transport/io/collective.py), reported as nccl-tests does.
 
 Every rank runs as its own process, started on its host as `python -m cli.endpoint allreduce ...` by the
-experiment runner and the live view. Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout,
-143 stopped by SIGTERM/SIGINT; once the options are valid the JSON is written in every case.
+experiment runner and the live view. Exit status: 0 correct, 1 mismatch, 2 bad input, a timeout or
+a peer's piece that cannot be right (wrong size, not whole float32 elements, or other values under the
+identity of one already received), 143 stopped by SIGTERM/SIGINT; once the options are valid the JSON is
+written in every case.
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         description="One rank of a ring all-reduce over the fabriclab transport. Start one per rank, each "
         "with the same --peers: rank r listens on the port of peers[r] for its left neighbour's data and "
         "sends to peers[r+1]. Every iteration's result is checked bit for bit against the sum in the "
-        "ring's own order of additions. Exit status: 0 correct, 1 mismatch, 2 bad input or a timeout, "
-        "143 stopped by SIGTERM/SIGINT (the JSON is written in every case once the options are valid).")
+        "ring's own order of additions. Exit status: 0 correct, 1 mismatch, 2 bad input, a timeout "
+        "or a peer's malformed or conflicting piece (named on stderr), 143 stopped by SIGTERM/SIGINT (the "
+        "JSON is written in every case once the options are valid).")
     p.add_argument("--rank", type=int, required=True, help="this worker's index in --peers")
     p.add_argument("--collective", choices=WORKER_CHOICES, default="ring",
                    help="ring (the default): the ring all-reduce, checked in the ring's order of additions; the "

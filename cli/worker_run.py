@@ -2,7 +2,8 @@
 
 Both run an opened event loop until it is done, then keep the same promise: SIGTERM/SIGINT end the run
 cleanly, the JSON result is written in every case, and the exit status says how the run ended (0 done,
-1 a result differed from the reference, 2 bad input or a timeout, 143 stopped by a signal).
+1 a result differed from the reference, 2 bad input, a timeout or (`allreduce`) a peer's piece that
+cannot be right, 143 stopped by a signal).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def run_to_end(worker: Worker, args: argparse.Namespace, errors: tuple[type[Exce
     """Run the opened `worker` to its end, close it, write its results to ``args.json_out`` (if given)
     and print its error, if any, as one line on stderr. Returns the exit status and the results.
 
-    `errors` are the worker's own failures (bad input, a timeout): they end the run with status 2.
+    `errors` are the worker's own failures (bad input, a timeout, a bad piece): they end the run with status 2.
     `mismatched` is asked after a run not stopped by a signal. With `note_signal` false a stop by signal
     is not recorded as the worker's error (a storage host is always ended so: for it, that is its end).
     """

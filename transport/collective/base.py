@@ -5,6 +5,7 @@ piece boundaries, the bit-for-bit comparison, and a rank's phases as a state tab
 from __future__ import annotations
 
 import enum
+import hashlib
 import logging
 import struct
 from dataclasses import dataclass, field
@@ -26,6 +27,27 @@ DEFAULT_PIECE_BYTES = 64 * 1024
 
 class RingProtocolError(ValueError):
     """A message that cannot belong to this ring (wrong kind, step, chunk or bounds)."""
+
+
+class PieceError(RingProtocolError):
+    """A data piece of this run that cannot be right: a payload that is not whole elements or not
+    the size its place holds, or a second piece with the identity of one already received but other
+    values. Its run's result cannot be trusted, so this ends the run (or fails the training step)
+    where other protocol errors only drop the message."""
+
+
+def piece_values(msg: bytes, where: str) -> np.ndarray:
+    """The elements of a data piece; PieceError (naming ``where``) if its payload is not whole elements."""
+    nbytes = len(msg) - HEADER.size
+    if nbytes % DTYPE.itemsize:
+        raise PieceError(f"{where} has {nbytes} bytes of payload, not a whole number of "
+                         f"{DTYPE.itemsize}-byte {DTYPE.name} elements")
+    return np.frombuffer(msg, dtype=DTYPE, offset=HEADER.size)
+
+
+def piece_digest(msg: bytes) -> bytes:
+    """What tells two pieces of one identity apart: a digest of the payload (a repeat is identical)."""
+    return hashlib.blake2b(memoryview(msg)[HEADER.size:], digest_size=16).digest()
 
 
 def make_input(seed: int, rank: int, size: int) -> np.ndarray:

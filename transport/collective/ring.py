@@ -36,6 +36,7 @@ from transport.collective.base import (
     TRANSITIONS,
     Iterations,
     Phase,
+    PieceError,
     RankEvent,
     RankRun,
     RingProtocolError,
@@ -45,7 +46,9 @@ from transport.collective.base import (
     encode_barrier,
     first_mismatch,
     make_input,
+    piece_digest,
     piece_offsets,
+    piece_values,
 )
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection
@@ -53,7 +56,7 @@ from transport.core.connection import Connection
 # The ring's own names and what it has always offered its users from the shared base.
 __all__ = [
     "DEFAULT_PIECE_BYTES", "DTYPE", "HEADER", "HEADER_VERSION", "KIND_BARRIER", "KIND_DATA", "TRANSITIONS",
-    "Phase", "RankEvent", "RingProtocolError", "RingRank", "RingStateError", "RingWorker", "chunk_bounds",
+    "Phase", "PieceError", "RankEvent", "RingProtocolError", "RingRank", "RingStateError", "RingWorker", "chunk_bounds",
     "decode_header", "edge_connection_id", "encode_barrier", "first_mismatch", "make_input", "piece_offsets",
     "rank_connections", "reference_from_seed", "ring_reference",
 ]
@@ -123,7 +126,7 @@ class RingWorker(Iterations):
     duplicates: int = 0
     stale: int = 0
     _pending: dict[int, list[bytes]] = field(default_factory=dict, init=False)
-    _seen: set[tuple[int, int]] = field(default_factory=set, init=False)
+    _seen: dict[tuple[int, int], bytes] = field(default_factory=dict, init=False)  # (step, offset) -> digest
     _received: int = 0
     _expected: int = 0
     _active: bool = False
@@ -178,22 +181,35 @@ class RingWorker(Iterations):
     def receive(self, msg: bytes) -> list[bytes]:
         """Process one data message from the left neighbour; returns what to forward to the right."""
         kind, g, it, c, off = decode_header(msg)
-        if not self._admit(kind, it, msg):
-            return []
+        if kind != KIND_DATA:
+            raise RingProtocolError(f"message kind {kind} is not data")
+        # The piece is checked whole before it is kept for a later iteration or recorded, so that a
+        # malformed copy never makes the genuine one a duplicate, and a kept one is known to be sound.
         if not 0 <= g < self._steps or c != self._recv_chunk[g]:
             raise RingProtocolError(f"rank {self.rank} got chunk {c} at step {g}, expected "
                                     f"{self._recv_chunk[g] if 0 <= g < self._steps else 'no step'}")
         lo_c, hi_c = self.bounds[c]
-        values = np.frombuffer(msg, dtype=DTYPE, offset=HEADER.size)
+        where = f"rank {self.rank}: the piece of iteration {it}, step {g}, chunk {c}, offset {off}"
+        if off % self.piece_elems or (off and off >= hi_c - lo_c):
+            raise RingProtocolError(f"{where} is not a piece of the chunk")
+        values = piece_values(msg, where)
         lo = lo_c + off
         hi = lo + len(values)
-        if off % self.piece_elems or (off and lo >= hi_c) or hi != min(lo + self.piece_elems, hi_c):
-            raise RingProtocolError(f"piece at offset {off} with {len(values)} elements does not fit chunk {c}")
+        if hi != min(lo + self.piece_elems, hi_c):
+            raise PieceError(f"{where} has {len(values)} elements, expected {min(lo + self.piece_elems, hi_c) - lo}")
+        if not self._admit(kind, it, msg):
+            return []
+        # A piece is identified by (step, offset) in this iteration (its chunk follows from the step and
+        # its sender is the left neighbour): a repeat is dropped, other values under that identity refused.
         key = (g, off)
-        if key in self._seen:
+        digest = piece_digest(msg)
+        seen = self._seen.get(key)
+        if seen is not None:
+            if seen != digest:
+                raise PieceError(f"{where} arrived again with other values than the first copy")
             self.duplicates += 1
             return []
-        self._seen.add(key)
+        self._seen[key] = digest
         if g < self.n_ranks - 1:
             view = self.buf[lo:hi]
             np.add(view, values, out=view)  # float addition is commutative, so x + y == y + x exactly

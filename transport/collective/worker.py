@@ -30,7 +30,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from transport.collective.base import DTYPE, HEADER, KIND_DATA, Iterations, RingProtocolError, decode_header
+from transport.collective.base import (
+    DTYPE,
+    HEADER,
+    KIND_DATA,
+    Iterations,
+    PieceError,
+    RingProtocolError,
+    decode_header,
+    piece_digest,
+    piece_values,
+)
 from transport.collective.plan import Op, Plan
 
 PLAN_HEADER_VERSION = 2  # a ring worker (version 1) and a plan worker never take each other's messages
@@ -135,6 +145,7 @@ class PlanWorker(Iterations):
         self._wait = list(self._wait0)
         self._done = [False] * len(self._ops)
         self._held: dict[int, np.ndarray] = {}
+        self._digests: dict[int, bytes] = {}  # receive op -> digest of the piece it took
         self._received = 0
 
     # -- state --------------------------------------------------------------------------------------
@@ -168,20 +179,30 @@ class PlanWorker(Iterations):
     def receive(self, msg: bytes) -> list[Message]:
         """Process one data message from any peer; returns what to send on."""
         kind, step, it, src, lo = decode_header(msg, PLAN_HEADER_VERSION)
-        if not self._admit(kind, it, msg):
-            return []
+        if kind != KIND_DATA:
+            raise RingProtocolError(f"message kind {kind} is not data")
+        # The piece is checked whole before it is kept for a later iteration or recorded, so that a
+        # malformed copy never makes the genuine one a duplicate, and a kept one is known to be sound.
         i = self._recv_index.get((src, step, lo))
         if i is None:
             raise RingProtocolError(f"rank {self.rank} expects nothing from rank {src} at step {step} "
                                     f"for offset {lo}")
         o = self._ops[i]
-        values = np.frombuffer(msg, dtype=DTYPE, offset=HEADER.size)
+        where = f"rank {self.rank}: the piece from rank {src} of iteration {it}, step {step}, offset {lo}"
+        values = piece_values(msg, where)
         if len(values) != o.hi - o.lo:
-            raise RingProtocolError(f"piece from rank {src} at step {step} has {len(values)} elements, "
-                                    f"expected {o.hi - o.lo}")
-        if self._done[i] or i in self._held:
+            raise PieceError(f"{where} has {len(values)} elements, expected {o.hi - o.lo}")
+        if not self._admit(kind, it, msg):
+            return []
+        # A piece is identified by (sender, step, offset): a repeat is dropped, other values refused.
+        digest = piece_digest(msg)
+        seen = self._digests.get(i)
+        if seen is not None:
+            if seen != digest:
+                raise PieceError(f"{where} arrived again with other values than the first copy")
             self.duplicates += 1
             return []
+        self._digests[i] = digest
         out: list[Message] = []
         if self._wait[i]:
             self._held[i] = values  # its turn comes when the earlier steps are done here

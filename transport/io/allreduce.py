@@ -40,6 +40,7 @@ from transport.collective.ring import (
     DTYPE,
     HEADER,
     Phase,
+    PieceError,
     RingProtocolError,
     RingRank,
     RingWorker,
@@ -77,7 +78,7 @@ DEFAULT_LINGER = 0.3
 
 
 class AllReduceError(Exception):
-    """Bad input or a timeout: reported as one line, exit status 2."""
+    """Bad input, a timeout or a peer's piece that cannot be right: reported as one line, exit status 2."""
 
 
 def bandwidth_bound(n_ranks: int, nbytes: int, link_rate_mbps: float | None) -> float | None:
@@ -272,6 +273,10 @@ class RankLoop(EventLoop):
     def _on_message(self, data: bytes, now: float) -> None:
         try:
             self._submit(self.run_state.receive(data, now), now)
+        except PieceError as exc:
+            # A piece of this run that cannot be right: no result of the run can be trusted any more.
+            self.counters["protocol_errors"] += 1
+            raise AllReduceError(f"{exc}{self._message_source()}") from None
         except RingProtocolError as exc:
             self.counters["protocol_errors"] += 1
             logger.warning("rank %d: dropped a message%s: %s", self.rank, self._message_source(), exc)
@@ -281,7 +286,12 @@ class RankLoop(EventLoop):
 
     def _advance(self, now: float) -> None:
         ready = self.run_state.phase is Phase.READY
-        self._submit(self.run_state.advance(now), now)
+        try:
+            out = self.run_state.advance(now)
+        except PieceError as exc:  # a kept piece of the new iteration conflicts with another copy
+            self.counters["protocol_errors"] += 1
+            raise AllReduceError(str(exc)) from None
+        self._submit(out, now)
         if ready and self.run_state.phase is not Phase.READY:
             self.started_unix = time.time()
 

@@ -24,6 +24,7 @@ from transport.collective.ring import (
     DEFAULT_PIECE_BYTES,
     DTYPE,
     Phase,
+    RingProtocolError,
     RingRank,
     RingWorker,
     make_input,
@@ -88,6 +89,7 @@ class RingStep:
         piece = max(1, self.spec.piece_bytes // DTYPE.itemsize)
         self.ring = RingRank(RingWorker(self.rank, self.n_ranks, data, 1, piece))
         self._right = (self.rank + 1) % self.n_ranks
+        self._left = (self.rank - 1) % self.n_ranks
 
     def _to_right(self, msgs: list[bytes]) -> Outgoing:
         return [(self._right, m) for m in msgs]
@@ -97,6 +99,10 @@ class RingStep:
         return self._to_right(out + self.ring.advance(now))
 
     def receive(self, src: int, msg: bytes, now: float) -> Outgoing:
+        if src != self._left:
+            # A ring rank hears only its left neighbour; taking this would let it stand in for the real one.
+            raise RingProtocolError(f"rank {self.rank}: a ring message from rank {src}, whose data it never takes "
+                                    f"(its left neighbour is rank {self._left})")
         out = self.ring.receive(msg, now)
         return self._to_right(out + self.ring.advance(now))
 

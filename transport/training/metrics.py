@@ -37,6 +37,7 @@ def rank_report(r: TrainingRank) -> dict[str, Any]:
         "checkpoint_times_s": ckpts,
         "transfers": {p: sum(1 for t in r.transfers if t.purpose == p) for p in ("data", "checkpoint", "restore")},
         "stale_messages": r.stale_messages,
+        "refused_messages": r.refused_messages,
         "mismatches": r.mismatches,
         "spec": r.spec.to_dict(),
     }

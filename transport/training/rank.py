@@ -19,7 +19,7 @@ The table, phase x event -> next phase (anything else raises TrainingStateError)
     WAIT_DATA   DATA_READY -> COMPUTE
     COMPUTE     COMPUTE_DONE -> COLLECTIVE
     COLLECTIVE  STEP_DONE -> WAIT_DATA | CHECKPOINT_DUE -> CHECKPOINT | LAST_STEP -> FINISHED
-                TIMEOUT -> FAILED
+                TIMEOUT -> FAILED | BAD_PIECE -> FAILED
     CHECKPOINT  STALL_OVER -> WAIT_DATA | LAST_STALL_OVER -> FINISHED
     FAILED      (waits for RESTART)
     RESTORE     RESTORED -> RENDEZVOUS
@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from transport.collective.base import PieceError, RingProtocolError
 from transport.training.collective import StepCollective, make_collective
 from transport.training.messages import CHUNK_BYTES, Kind, MessageError, decode, encode
 from transport.training.spec import JobSpec, RankHosts, rank_name
@@ -70,6 +72,7 @@ class Event(enum.Enum):
     CHECKPOINT_DUE = "checkpoint due"
     LAST_STEP = "last step done"
     TIMEOUT = "collective timeout"
+    BAD_PIECE = "bad collective piece"  # a peer's piece of this step cannot be right (wrong size or values)
     STALL_OVER = "checkpoint stall over"
     LAST_STALL_OVER = "last checkpoint stall over"
     RESTART = "restart"
@@ -89,7 +92,8 @@ def _table() -> dict[Phase, dict[Event, Phase | None]]:
         Phase.WAIT_DATA: {Event.DATA_READY: Phase.COMPUTE},
         Phase.COMPUTE: {Event.COMPUTE_DONE: Phase.COLLECTIVE},
         Phase.COLLECTIVE: {Event.STEP_DONE: Phase.WAIT_DATA, Event.CHECKPOINT_DUE: Phase.CHECKPOINT,
-                           Event.LAST_STEP: Phase.FINISHED, Event.TIMEOUT: Phase.FAILED},
+                           Event.LAST_STEP: Phase.FINISHED, Event.TIMEOUT: Phase.FAILED,
+                           Event.BAD_PIECE: Phase.FAILED},
         Phase.CHECKPOINT: {Event.STALL_OVER: Phase.WAIT_DATA, Event.LAST_STALL_OVER: Phase.FINISHED},
         Phase.FAILED: {},
         Phase.RESTORE: {Event.RESTORED: Phase.RENDEZVOUS},
@@ -145,7 +149,8 @@ class StepRecord:
     # step's stall (a long job pays it once), so apart; the job's wall time includes it.
     final_flush_s: float = 0.0
     end: float | None = None
-    outcome: str = "running"  # "done" | "failed" (its collective timed out) | "aborted" (a peer's restart)
+    outcome: str = "running"  # "done" | "failed" (a timeout or a refused piece) | "aborted" (a peer's restart)
+    error: str | None = None  # why it failed, when a piece was refused
     lost: bool = False  # it was done, then rolled back
     correct: bool | None = None
 
@@ -184,6 +189,7 @@ class TrainingRank:
     started_at: float | None = field(default=None, init=False)  # the first epoch's GO: training starts
     finished_at: float | None = field(default=None, init=False)  # the last step (and checkpoint) done
     stale_messages: int = field(default=0, init=False)
+    refused_messages: int = field(default=0, init=False)  # collective messages that could not be ours
     mismatches: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
@@ -272,7 +278,8 @@ class TrainingRank:
             self._fire(Event.COMPUTE_DONE, now)
             self._start_collective(now, out)
         if self.phase is Phase.COLLECTIVE and self._coll is not None:
-            self._coll_sends(self._coll.advance(now), out)
+            coll = self._coll
+            self._coll_call(lambda: coll.advance(now), None, now, out)
             self._check_collective(now, out)
         if self.phase is Phase.COLLECTIVE and self._deadline is not None and now >= self._deadline:
             self._fail(now, out)
@@ -334,9 +341,12 @@ class TrainingRank:
         self._coll = make_collective(self.spec.collective, self.rank, self.n_ranks)
         self._coll_key = (self.epoch, self.step)
         self._deadline = now + self.spec.collective_timeout_s
-        self._coll_sends(self._coll.start(now), out)
+        coll = self._coll
+        self._coll_call(lambda: coll.start(now), None, now, out)
         for src, payload in self._pending.pop(self._coll_key, []):
-            self._coll_sends(self._coll.receive(src, payload, now), out)
+            if self.phase is not Phase.COLLECTIVE:
+                break  # a piece failed the step
+            self._coll_call(lambda s=src, p=payload: coll.receive(s, p, now), src, now, out)
         self._check_collective(now, out)
 
     def _coll_sends(self, msgs: list[tuple[int, bytes]], out: Sends) -> None:
@@ -349,16 +359,42 @@ class TrainingRank:
         key = (epoch, step)
         if key == self._coll_key and self._coll is not None:
             if self.phase is Phase.COLLECTIVE:
-                self._coll_sends(self._coll.receive(src_rank, payload, now), out)
+                coll = self._coll
+                self._coll_call(lambda: coll.receive(src_rank, payload, now), src_rank, now, out)
                 self._check_collective(now, out)
             else:
-                self._coll.receive(src_rank, payload, now)  # a late echo: the collective is done here
+                self._late_receive(self._coll, src_rank, payload, now)  # a late echo: the collective is done here
         elif key in self._old:
-            self._old[key].receive(src_rank, payload, now)
+            self._late_receive(self._old[key], src_rank, payload, now)
         elif epoch > self.epoch or (epoch == self.epoch and step >= self.step):
             self._pending.setdefault(key, []).append((src_rank, payload))
         else:
             self.stale_messages += 1
+
+    def _coll_call(self, call: Callable[[], list[tuple[int, bytes]]], src_rank: int | None, now: float,
+                   out: Sends) -> None:
+        """Send what ``call`` on the step's collective, in progress, returns (its start, a peer's message
+        or the clock). A message it cannot take is dropped; a piece that cannot be right (PieceError)
+        fails the step, as a timeout does: its result cannot be trusted, and the coordinator's restart
+        rolls every rank back to the last checkpoint."""
+        try:
+            self._coll_sends(call(), out)
+        except PieceError as exc:
+            self.refused_messages += 1
+            self._fail(now, out, f"{self.name}: step {self.step}: {exc}")
+        except RingProtocolError as exc:
+            self.refused_messages += 1
+            logger.warning("%s: dropped a collective message%s: %s", self.name,
+                           "" if src_rank is None else f" from rank{src_rank}", exc)
+
+    def _late_receive(self, coll: StepCollective, src_rank: int, payload: bytes, now: float) -> None:
+        """A message for a collective this rank is done with: it only acknowledges, so it is dropped if wrong."""
+        try:
+            coll.receive(src_rank, payload, now)
+        except RingProtocolError as exc:
+            self.refused_messages += 1
+            logger.warning("%s: dropped a message of a finished collective from rank%d: %s", self.name, src_rank,
+                           exc)
 
     def _check_collective(self, now: float, out: Sends) -> None:
         coll = self._coll
@@ -422,12 +458,17 @@ class TrainingRank:
         self.finished_at = now
         out.append((self.hosts.coordinator, encode(Kind.FINISHED, self.rank, self.epoch)))
 
-    def _fail(self, now: float, out: Sends) -> None:
-        logger.info("%s: step %d's collective timed out after %.3f s", self.name, self.step,
-                    self.spec.collective_timeout_s)
-        self._fire(Event.TIMEOUT, now)
+    def _fail(self, now: float, out: Sends, error: str | None = None) -> None:
+        """The step's collective failed (timed out, or refused a piece: ``error``): ask for a restart."""
+        if error is None:
+            logger.info("%s: step %d's collective timed out after %.3f s", self.name, self.step,
+                        self.spec.collective_timeout_s)
+        else:
+            logger.warning("%s", error)
+        self._fire(Event.TIMEOUT if error is None else Event.BAD_PIECE, now)
         if self._record is not None:
             self._record.outcome = "failed"
+            self._record.error = error
             self._record.end = now
         self._deadline = None
         out.append((self.hosts.coordinator, encode(Kind.FAILED, self.rank, self.epoch)))
