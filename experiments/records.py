@@ -37,6 +37,7 @@ from experiments.arms import Flow
 from experiments.model import Arm, Experiment, arm_from_dict, experiment_from_dict
 from experiments.schema import RawArm
 from topologies import Topology
+from transport.core.config import env_positive
 
 RUN_FILE = "run.json"
 ARMS_DIR = "arms"
@@ -60,14 +61,10 @@ class ResultsReadError(ValueError):
 
 
 def max_read_mb() -> float:
-    raw = os.environ.get(MAX_READ_ENV, "")
     try:
-        mb = float(raw) if raw else MAX_READ_MB
-    except ValueError:
-        mb = -1.0
-    if not mb > 0:
-        raise ResultsReadError(f"{MAX_READ_ENV}={raw!r} is not a positive number of megabytes")
-    return mb
+        return env_positive(MAX_READ_ENV, MAX_READ_MB, "megabytes")
+    except ValueError as exc:
+        raise ResultsReadError(str(exc)) from None
 
 
 def _kind(mode: int) -> str:

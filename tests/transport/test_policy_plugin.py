@@ -326,6 +326,30 @@ def test_hostile_path_policy_specs_are_one_line_and_exit_2(tmp_path, kind):
     assert words in err, err
 
 
+@pytest.mark.parametrize("command", [["srd", "send", "--to", "127.0.0.1"], ["run", "ecmp-vs-spray"]])
+def test_a_policy_file_that_waits_at_import_is_cut_short_in_one_line(tmp_path, command):
+    write_policy(tmp_path, "sleepy", "import time\ntry:\n    time.sleep(60)\nexcept Exception:\n    time.sleep(60)\n"
+                 + GOOD)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", policy_plugin.IMPORT_BUDGET_ENV: "0.5"}
+    out = subprocess.run([*FABRICLAB, *command, "--path-policy", f"{tmp_path}/sleepy.py:Good"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=30)
+    err = out.stderr.strip()
+    assert out.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, out
+    assert "sleepy.py took longer than 0.5 s" in err and policy_plugin.IMPORT_BUDGET_ENV in err, err
+
+
+def test_the_import_deadline_restores_a_timer_already_set():
+    signal = pytest.importorskip("signal")
+    signal.setitimer(signal.ITIMER_REAL, 100)
+    try:
+        with policy_plugin._deadline(5):
+            pass
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 90 < left <= 100
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
 def test_a_policy_that_exits_while_running_is_a_fault_not_the_end(tmp_path):
     spec = write_policy(tmp_path, "pol", broken_source("def on_ack(self, ev, rtt, now):\n    raise SystemExit(3)"))
     guarded = policy_plugin.make_guarded(spec + ":Broken", 16, random.Random(1))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass
 
 from transport.core.congestion import CONTROLLERS
@@ -33,6 +34,19 @@ ACK_HOLD_MAX = 1.0
 
 class ConfigError(ValueError):
     """A TransportConfig field has a value the transport cannot run with."""
+
+
+def env_positive(name: str, default: float, unit: str) -> float:
+    """A positive number from the environment variable `name` (`default` when unset); a ValueError
+    saying so, in one line, when it is anything else."""
+    raw = os.environ.get(name, "")
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{name}={raw!r} is not a positive number of {unit}")
+    return value
 
 
 def rtt_guess(initial_rtt: float, base_rtt: float) -> float:

@@ -5,12 +5,13 @@ A plug-in policy is a class with the methods of `transport.core.paths.PathPolicy
 Wherever a policy name is accepted (``TransportConfig.path_policy``, ``--path-policy`` on
 ``fabriclab srd send``, ``run`` and ``live``) a spec ``/abs/path/file.py:ClassName`` may stand instead.
 
-What can be checked before anything starts is checked by `load_class` (the file exists, it imports,
-the class exists and has every method): a `PolicySpecError`, one line. What can only go wrong while the
-policy runs is caught by `GuardedPolicy`, which wraps every call into the user's code: an exception, a
-return value that is not an EV in range, or calls that are too slow. The first such fault is logged as
-one warning naming the method and the problem, the connection carries on with a built-in fallback
-(spray), and the fault stays in the connection's metrics (``path_policy_fault``) for graders to see.
+What can be checked before anything starts is checked by `load_class` (the file exists, it imports
+within IMPORT_BUDGET_S, the class exists and has every method): a `PolicySpecError`, one line. What
+can only go wrong while the policy runs is caught by `GuardedPolicy`, which wraps every call into the
+user's code: an exception, a return value that is not an EV in range, or calls that are too slow. The
+first such fault is logged as one warning naming the method and the problem, the connection carries on
+with a built-in fallback (spray), and the fault stays in the connection's metrics
+(``path_policy_fault``) for graders to see.
 """
 
 from __future__ import annotations
@@ -22,14 +23,18 @@ import logging
 import numbers
 import random
 import reprlib
+import signal
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from transport.core.config import env_positive
 from transport.core.paths import PathPolicy, make_builtin_policy
 from transport.core.paths import is_plugin as is_spec
 
@@ -52,6 +57,12 @@ CALL_BUDGET_S = 0.050
 SLOW_CALLS = 2
 MEAN_BUDGET_S = 0.0002
 MEAN_WINDOW = 500
+
+# Importing the file runs its top level, before anything starts: a file that waits there (a sleep, a
+# network call, a loop) would hang the command with nothing said. Importing numpy or torch takes a few
+# seconds on a cold cache; IMPORT_BUDGET_S (FABRICLAB_POLICY_IMPORT_S) allows several times that.
+IMPORT_BUDGET_S = 20.0
+IMPORT_BUDGET_ENV = "FABRICLAB_POLICY_IMPORT_S"
 
 _loaded: dict[tuple[str, str, int, int], type] = {}
 
@@ -128,8 +139,15 @@ def _import(path: Path) -> Any:
         raise PolicySpecError(f"{path} cannot be imported as Python")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module  # dataclasses in the user's module look themselves up here
+    budget = _import_budget()
     try:
-        module_spec.loader.exec_module(module)
+        with _deadline(budget):
+            module_spec.loader.exec_module(module)
+    except _TooSlow:
+        sys.modules.pop(name, None)
+        raise PolicySpecError(f"importing {path} took longer than {budget:g} s; a policy file must not wait at "
+                              f"import (do slow setup in the class's __init__, or set {IMPORT_BUDGET_ENV} to "
+                              "more seconds)") from None
     except SyntaxError as exc:
         sys.modules.pop(name, None)
         raise PolicySpecError(f"{path} line {exc.lineno}: syntax error: {exc.msg}") from None
@@ -142,6 +160,41 @@ def _import(path: Path) -> Any:
         sys.modules.pop(name, None)
         raise PolicySpecError(f"importing {path} raised {describe_exception(exc)}") from None
     return module
+
+
+class _TooSlow(BaseException):
+    """Raised into the user's top-level code when its import runs out of time; a BaseException, so that
+    the file's own `except Exception` does not swallow it."""
+
+
+def _import_budget() -> float:
+    try:
+        return env_positive(IMPORT_BUDGET_ENV, IMPORT_BUDGET_S, "seconds")
+    except ValueError as exc:
+        raise PolicySpecError(str(exc)) from None
+
+
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Interrupt the block with _TooSlow after `seconds` (SIGALRM: the main thread only, elsewhere
+    unbounded); a timer already set is restored afterwards, less the time spent here."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _TooSlow
+
+    started = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, expire)
+    pending, interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if pending:
+            signal.setitimer(signal.ITIMER_REAL, max(pending - (time.monotonic() - started), 1e-3), interval)
 
 
 def _check_class(module: Any, spec: PolicySpec) -> type:
