@@ -451,7 +451,7 @@ class Connection:
         """A CREDIT or REQUEST for this connection whose header decoded and whose CRC matched."""
         rel = (limit - self.initial_psn) & PSN_MASK
         if ptype == TYPE_CREDIT and self._credit_tx is not None:
-            self._credit_tx.on_credit(rel, now)
+            self._credit_tx.on_credit(rel, now, self._recovery.next_seq)
         elif ptype == TYPE_REQUEST and self._credit_rx is not None:
             self.stats.requests_received += 1
             self._credit_rx.on_request(rel, now)
@@ -483,7 +483,7 @@ class Connection:
         ctx = self._credit_tx
         # Most ACKs repeat the limit the previous one brought: compared as it is on the wire, unmapped.
         if flags & FLAG_CREDIT and ctx is not None and credit != ctx.credit_field:
-            ctx.on_credit((credit - self.initial_psn) & PSN_MASK, now)
+            ctx.on_credit((credit - self.initial_psn) & PSN_MASK, now, recovery.next_seq)
         if ce:
             st.ecn_ce_echoed += ce
             if self._on_ecn is not None:

@@ -16,6 +16,12 @@ The rules, all here:
 * After that a new PSN leaves only below the latest credit limit, carried by a CREDIT packet or by
   the ACK's credit field (flag FLAG_CREDIT). Retransmissions need no credit: they replace packets the
   receiver's accounting has already written off (below), and loss recovery bounds them.
+* A limit is believed only up to what the receiver could have granted: its scheduler keeps at most
+  ``receiver_window`` PSNs outstanding beyond what it has seen used, and it cannot have seen a PSN the
+  sender never sent, so a limit beyond one past the highest PSN sent plus that window is cut to it.
+  One forged CREDIT claiming 2^31 - 1 once let a sender burst its whole backlog into a 64-packet
+  queue (25,683 drops for 4 MiB); now it buys at most one window, once. A genuine limit cut so is
+  read again from the next ACK, which repeats it.
 * Demand: the receiver learns how far a sender wants to send from the extent of each message it
   sees (first PSN + fragment count) and from REQUEST packets, which the sender sends whenever it
   queues data beyond both its credit and the demand it last reported.
@@ -40,6 +46,15 @@ The rules, all here:
   A sender with data to send, no credit and nothing in flight sends its REQUEST again once the same
   span has passed, doubling the wait up to rto_max while nothing answers; the receiver answers a
   REQUEST with its current limit.
+* Proof: a connection proves it is real by using credit, i.e. by a DATA packet at a PSN beyond its
+  unscheduled window (only a grant allowed that), or by a complete message. Until then, credit of
+  its that is written off for want of DATA makes it dormant: it wants no more credit, whatever its
+  REQUESTs claim (they are still answered with its limit), until a DATA packet of it is accepted
+  again. A proven connection's lost credit is written off and granted again as before. Ten
+  connections opened by two forged datagrams each (a first fragment and a REQUEST for 2^30 PSNs)
+  once took their share of every round for good: two genuine 2 MiB flows took 2.16 s instead of
+  0.36 s. Now each holds credit for one write-off period, and again only for each DATA packet
+  accepted from it, as any sender would.
 * Path: credit is blind to EVs, so it works alike with spraying and a single path; CREDIT and
   REQUEST go on the EV of the latest DATA packet (the sender's last path, which the receiver's
   endpoint knows the address of).
@@ -80,6 +95,7 @@ class CreditSender:
         "_base_wait",
         "_initial_psn",
         "_max_wait",
+        "_window",
         "credit_field",
         "credits_received",
         "limit",
@@ -104,13 +120,18 @@ class CreditSender:
         self.wait = self._base_wait
         self.credits_received = 0  # CREDIT packets and ACKs that moved the limit
         self.requests_sent = 0
+        self._window = receiver_window(config)  # the most a receiver lets be outstanding (see the rules above)
 
-    def on_credit(self, wire_limit: int, now: float) -> None:
-        """A CREDIT packet or an ACK's credit field: the cumulative limit, mapped near our own."""
+    def on_credit(self, wire_limit: int, now: float, sent: int = 0) -> None:
+        """A CREDIT packet or an ACK's credit field: the cumulative limit, mapped near our own.
+        ``sent``: one past the highest PSN (seq) sent, which bounds what the receiver can have granted."""
         self.credits_received += 1
         old = self.limit
         # psn_diff(wire_limit, old), inlined: this runs for every ACK.
         limit = old + ((wire_limit - old + _PSN_HALF) & PSN_MASK) - _PSN_HALF
+        cap = sent + self._window
+        if limit > cap:
+            limit = cap
         if limit > old:
             self.limit = limit
             self.credit_field = (self._initial_psn + limit) & PSN_MASK
@@ -152,15 +173,18 @@ class CreditReceiver:
         "_counted",
         "_initial_psn",
         "_top",
+        "_unscheduled",
         "active",
         "credit_field",
         "demand",
         "dirty",
+        "dormant",
         "ev",
         "granted",
         "grants",
         "last_data",
         "owner",
+        "proven",
         "queued",
         "scheduler",
         "used",
@@ -179,6 +203,10 @@ class CreditReceiver:
         self.ev = 0  # EV of the latest DATA packet: where CREDIT goes
         self.dirty = False
         self.active = False  # seen any DATA or REQUEST: only then does it count toward the window
+        # Proof and dormancy (the rules above): PSNs from here on needed a grant.
+        self._unscheduled = config.initial_window
+        self.proven = False
+        self.dormant = False  # unproven and its credit written off: wants nothing until DATA comes
         self.queued = False  # in the scheduler's queue of connections wanting credit
         self._counted = 0  # this connection's share of the scheduler's outstanding total
         # min(granted, demand), what that share counts up to, so that a packet need not work it out: the
@@ -202,9 +230,11 @@ class CreditReceiver:
         self.active = True
         self.scheduler.changed(self, now)
 
-    def on_data(self, seq: int, msg_end: int, ev: int, now: float, short: float = 0.0) -> None:
+    def on_data(self, seq: int, msg_end: int, ev: int, now: float, short: float = 0.0,
+                complete: bool = False) -> None:
         """An accepted DATA packet of PSN ``seq`` whose message ends before ``msg_end``; ``short``: the
-        share of a full-size packet's wire time it did not use (a message's last fragment)."""
+        share of a full-size packet's wire time it did not use (a message's last fragment); ``complete``:
+        it completed its message."""
         sched = self.scheduler
         if short > 0.0:
             sched.refund(short)
@@ -212,7 +242,14 @@ class CreditReceiver:
         self.ev = ev
         demand = self.demand
         counted = self._counted
-        if msg_end > demand or not counted:
+        woke = False
+        if not self.proven:
+            if seq >= self._unscheduled or complete:
+                self.proven = True
+            if self.dormant:
+                self.dormant = False
+                woke = True  # wants credit again: the scheduler recounts
+        if msg_end > demand or not counted or woke:
             # New demand (the share may grow, the connection come to want credit), or none of this
             # connection's credit outstanding (the scheduler may be idle): the scheduler recounts.
             self.active = True
@@ -243,7 +280,8 @@ class CreditReceiver:
         if demand > self.demand:
             self.demand = demand
         self.dirty = True  # answer with the current limit: the sender may have missed it
-        self._update(now)
+        if not self.dormant:  # a dormant connection wants nothing until DATA comes (the rules above)
+            self._update(now)
 
     def detach(self) -> None:
         self.scheduler.detach(self)
@@ -321,7 +359,7 @@ class CreditScheduler:
         # a share that grew can need one started.
         if share > counted and self._next_check is None:
             self._next_check = now + self.timeout / 2
-        if demand > granted and not rx.queued:
+        if demand > granted and not rx.queued and not rx.dormant:
             rx.queued = True
             self._wanting.append(rx)
         if self._wanting and self.outstanding < self._clock_below:
@@ -449,6 +487,12 @@ class CreditScheduler:
                 rx._counted = 0
                 rx.written_off += 1
                 self.write_offs += 1
+                if not rx.proven:
+                    # It never used credit: no more until it sends DATA (the rules above).
+                    rx.dormant = True
+                    if rx.queued:
+                        rx.queued = False
+                        self._wanting.remove(rx)
                 if not rx.dirty:
                     rx.dirty = True
                     touched.append(rx)

@@ -328,7 +328,7 @@ class Reassembler:
             self._complete(msg, r, now)
         if self.credit is not None:
             short = (self._payload - plen) / self._wire if plen < self._payload else 0.0
-            self.credit.on_data(seq, first_seq + count, ev, now, short)
+            self.credit.on_data(seq, first_seq + count, ev, now, short, completed)
         if completed and self._ack_on_message:
             self._queue_ack(seq, ts, ev, now)
             self._flush_ack(now)
