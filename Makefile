@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 FABRICLAB := $(VENV)/bin/fabriclab
 
 .PHONY: setup demo test test-unit test-integration lint bench clean help vm vm-test vm-shell vm-run wheelhouse \
-	vagrant-test vagrant-results
+	vagrant-test vagrant-results docs
 
 help:
 	@echo "make demo   - set up, then run the main demo on the default leaf-spine fabric"
@@ -16,6 +16,7 @@ help:
 	@echo "make setup  - apt packages, venv ($(VENV)), Open vSwitch started (idempotent)"
 	@echo "make lint   - ruff"
 	@echo "make bench  - transport benchmark (JSON)"
+	@echo "make docs   - build the documentation site from docs/ into site/ (MkDocs, strict: no broken link)"
 	@echo "make clean  - remove anything fabriclab left running (namespaces, bridges, processes)"
 	@echo "make vm       - build the VM image (Debian 12 from Debian's packages, provisioned by setup.sh; cached)"
 	@echo "make vm-test  - boot the VM with qemu and run the kernel-datapath, netem and teardown checks inside"
@@ -46,6 +47,10 @@ lint: setup
 
 bench: setup
 	$(FABRICLAB) bench transport --json
+
+# MkDocs and its Material theme are among the test tools that setup installs (pyproject.toml's test extra).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
 	@if [ -x $(FABRICLAB) ]; then $(FABRICLAB) clean; fi

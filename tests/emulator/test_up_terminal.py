@@ -1,7 +1,7 @@
-"""`fabriclab up` in a terminal, as the README tells a person to use it: the Mininet CLI session the
-README shows, replayed line by line; the README's transport commands typed into emulated hosts from
-that CLI; Ctrl-C on a fabric held up; and the terminal closed under it. Each ends with nothing left on
-the machine."""
+"""`fabriclab up` in a terminal, as the docs tell a person to use it: the Mininet CLI session that
+docs/emulator.md shows, replayed line by line; the transport commands of docs/transport-guide.md typed
+into emulated hosts from that CLI; Ctrl-C on a fabric held up; and the terminal closed under it. Each
+ends with nothing left on the machine."""
 
 from __future__ import annotations
 
@@ -13,23 +13,26 @@ import pytest
 
 from tests.emulator_helpers import assert_no_leftovers, new_leftovers
 from tests.terminal import FABRICLAB, Terminal, terminal
-from tests.test_readme import README
+from tests.test_docs import page
+
+SESSION_DOC = page("emulator.md")
+TRANSPORT_DOC = page("transport-guide.md")
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(180)]
 
 PROMPT = "mininet> "
 SMALL = "leaf-spine:spines=2,leaves=2,hosts=2,rate=10"
-# What differs from run to run in the README's session: timings, the controller's port, the rates, the
+# What differs from run to run in the documented session: timings, the controller's port, the rates, the
 # ping times, and the datapath (the VM's kernel has the openvswitch module; this machine's does not).
 VOLATILE = re.compile(r"up in [\d.]+ s|127\.0\.0\.1:\d+|time=[\d.]+ ms|time \d+ms|= [\d./]+ ms"
                       r"|'[\d.]+ [KMG]?bits/sec'|\w+ datapath \([\w-]+ switch daemons\)")
 
 
 def readme_session() -> tuple[list[str], list[tuple[str, list[str]]]]:
-    """The README's `fabriclab up --cli` session: the command line, then (typed line, lines printed)
-    pairs, the first typed line "" for what `up` prints before the first prompt."""
-    block = re.search(r"```console\n(\$ sudo \.venv/bin/fabriclab up [^\n]*--cli\n.*?)```", README, re.S)
-    assert block, "the README shows no `fabriclab up ... --cli` session"
+    """The documented `fabriclab up --cli` session (docs/emulator.md): the command line, then (typed
+    line, lines printed) pairs, the first typed line "" for what `up` prints before the first prompt."""
+    block = re.search(r"```console\n(\$ sudo \.venv/bin/fabriclab up [^\n]*--cli\n.*?)```", SESSION_DOC, re.S)
+    assert block, "docs/emulator.md shows no `fabriclab up ... --cli` session"
     first, *lines = block.group(1).splitlines()
     argv = shlex.split(first[2:])
     assert argv[:2] == ["sudo", ".venv/bin/fabriclab"]
@@ -43,16 +46,16 @@ def readme_session() -> tuple[list[str], list[tuple[str, list[str]]]]:
 
 
 def line_pattern(line: str) -> re.Pattern[str]:
-    """A README line as a regex: literal, except where it shows something volatile."""
+    """A documented line as a regex: literal, except where it shows something volatile."""
     return re.compile(f"(?:{VOLATILE.pattern})".join(re.escape(part) for part in VOLATILE.split(line)))
 
 
 def assert_lines(shown: list[str], expected: list[str], what: str) -> None:
     shown = [s.rstrip() for s in shown]
-    assert len(shown) == len(expected), f"{what}: the README shows\n" + "\n".join(expected) + \
+    assert len(shown) == len(expected), f"{what}: the docs show\n" + "\n".join(expected) + \
         "\n--- the terminal showed\n" + "\n".join(shown)
     for got, want in zip(shown, expected, strict=True):
-        assert line_pattern(want.rstrip()).fullmatch(got), f"{what}: README line {want!r}, terminal {got!r}"
+        assert line_pattern(want.rstrip()).fullmatch(got), f"{what}: documented line {want!r}, terminal {got!r}"
 
 
 def host_table(text: str) -> dict[str, str]:
@@ -96,13 +99,13 @@ def test_the_readme_cli_session_in_a_terminal(tmp_path):
     assert_no_leftovers()
 
 
-# The README's transport block: "inside two emulated hosts (fabriclab up --cli: h8 is 10.0.0.8)".
+# The transport block of docs/transport-guide.md: "inside two emulated hosts (fabriclab up --cli: h8 is 10.0.0.8)".
 RECV = "fabriclab srd recv --bind 10.0.0.8 --port 7471 --json-out recv.json"
 SEND = "fabriclab srd send --to 10.0.0.8:7471 --bytes 20M --policy spray --json-out send.json"
 
 
 def test_the_readme_transport_commands_in_hosts_of_the_cli(tmp_path):
-    assert RECV in README and SEND in README and "h8 fabriclab srd recv" in README
+    assert RECV in TRANSPORT_DOC and SEND in TRANSPORT_DOC and "h8 fabriclab srd recv" in TRANSPORT_DOC
     with terminal([FABRICLAB, "up", "--cli"], cwd=tmp_path) as term:
         term.wait_for(re.escape(PROMPT), 120)
         assert host_table(term.text)["h8"] == "10.0.0.8"

@@ -1,4 +1,4 @@
-"""`fabriclab run` in a terminal, Ctrl-C pressed during its second arm: the README's promise that "Ctrl-C
+"""`fabriclab run` in a terminal, Ctrl-C pressed during its second arm: docs/experiments.md's promise that "Ctrl-C
 tears the network down, keeps the finished arms and marks the run incomplete"."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import pytest
 
 from tests.emulator_helpers import assert_no_leftovers
 from tests.terminal import FABRICLAB, terminal
-from tests.test_readme import README
+from tests.test_docs import flat, page
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def test_ctrl_c_keeps_the_finished_arms_and_marks_the_run_incomplete(tmp_path):
-    assert "Ctrl-C tears the network down, keeps the finished arms and marks the run incomplete" in " ".join(
-        README.split())
+    assert "Ctrl-C tears the network down, keeps the finished arms and marks the run incomplete" in flat(
+        page("experiments.md"))
     out = tmp_path / "results"
     with terminal([FABRICLAB, "run", "ecmp-vs-spray", "--duration", "3", "--out", str(out)], cwd=tmp_path) as term:
         term.wait_for(r"spray: traffic", 150)  # the progress line: the first arm done, the second running
