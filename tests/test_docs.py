@@ -93,10 +93,10 @@ def test_site_builds_strictly(tmp_path):
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode == 0 and "WARNING" not in proc.stderr, proc.stdout + proc.stderr
     assert time.monotonic() - started < 60
-    layout = (tmp_path / "site" / "layout" / "index.html").read_text()
+    layout = (tmp_path / "site" / "layout.html").read_text()
     for init in (ROOT / "transport").rglob("__init__.py"):
         assert init.parent.relative_to(ROOT).as_posix() + "/" in layout
-    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    api = (tmp_path / "site" / "api.html").read_text()
     for name in ("Fabric", "parse_spec", "Connection", "receive_datagram", "datagrams_to_send"):
         assert name in api, name
 
@@ -183,6 +183,27 @@ def test_results_reference_names_only_real_keys():
     assert named, "docs/results.md has no key table"
     assert named - {"arms"} <= keys, sorted(named - keys)
     assert "arms" in keys
+
+
+def test_topology_keys_table_is_every_builder_s_keys():
+    """docs/topologies.md's table of spec keys, builder by builder, against what parse_spec accepts."""
+    from topologies import parse_spec
+    from topologies.spec import SpecError
+
+    table = page("topologies.md").split("| builder | key | meaning | default |", 1)[1].split("\n\n", 1)[0]
+    documented: dict[str, set[str]] = {}
+    builder = ""
+    for row in table.splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        builder = cells[0] or builder
+        documented.setdefault(builder, set()).update(re.findall(r"`([a-z_]+)`", cells[1]))
+    common = documented.pop("every builder")
+    assert documented
+    for name, keys in documented.items():
+        with pytest.raises(SpecError) as err:
+            parse_spec(f"{name}:zz_not_a_key=1")
+        known = set(re.search(r"known keys: (.*)$", str(err.value)).group(1).split(", "))
+        assert keys | common == known, f"{name}: documented {sorted(keys | common)}, accepted {sorted(known)}"
 
 
 def test_live_options_table_names_real_options():
