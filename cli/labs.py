@@ -32,6 +32,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     c.add_argument("number", type=_lab_number, metavar="N", help="lab number (see `fabriclab labs`)")
     c.add_argument("dir", nargs="?", type=Path, default=Path("results"), metavar="DIR",
                    help="what to grade (default: ./results)")
+    c.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="draw the checker's random cases from S (it prints the seed it used; give it again to "
+                   "repeat a run's cases)")
     c.set_defaults(func=cmd_check)
 
 
@@ -62,7 +65,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not target.exists():
         raise LabError(f"{target} does not exist; give a results directory or a folder of lab code")
     checker = load_checker(lab)
-    print(f"lab {lab.number}: {lab.title}\nchecking {target}\n")
+    seed = grading.use_seed(args.seed)
+    print(f"lab {lab.number}: {lab.title}\nchecking {target}\n"
+          f"random cases drawn with seed {seed} (`--seed {seed}` draws the same again)\n")
     text, code = grading.render(checker.check(target))
     print(text)
     return code

@@ -8,15 +8,24 @@ exact figures: the same lab gives different numbers on different machines and se
 
 A student's exception is a failed check that names the function and the error, not a crash: the rest
 of the checks still run, and the student sees every problem at once.
+
+Two things keep a checker honest. Part of its cases are drawn at random from a seed it prints
+(`case_rng`), so answers copied for the fixed cases do not pass. And the student's module is imported
+and called with fabriclab's own packages out of reach (`load_module`, `call`): an answer that hands
+the question to the implementation it is graded against fails with the import it tried.
 """
 
 from __future__ import annotations
 
+import importlib.abc
 import json
 import math
 import numbers
+import random
+import sys
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -117,7 +126,72 @@ def arm(doc: ResultsDocument, name: str) -> ArmResult:
     raise LabError(f"no arm '{name}' in {doc.get('experiment')} results (arms: {have})")
 
 
+# ---- random cases ---------------------------------------------------------------------------------
+
+_seed: int | None = None
+
+
+def use_seed(seed: int | None = None) -> int:
+    """Draw this run's random cases from `seed` (a fresh one when None); the seed, to print."""
+    global _seed
+    _seed = seed if seed is not None else random.SystemRandom().randrange(1, 1_000_000)
+    return _seed
+
+
+def current_seed() -> int:
+    """The seed the random cases come from (one is drawn on first use)."""
+    return _seed if _seed is not None else use_seed()
+
+
+def case_rng(salt: str) -> random.Random:
+    """A generator for one family of random cases: the same seed gives the same cases, and each
+    family (`salt`) its own, so adding a family does not change another's."""
+    return random.Random(f"{current_seed()}:{salt}")
+
+
 # ---- student code ---------------------------------------------------------------------------------
+
+# What a student's module may not import: the implementations a lab asks the student to write are in
+# these packages (the receiver, the sender, the link summaries, the checkers themselves).
+FORBIDDEN = ("transport", "experiments", "emulator", "topologies", "labs", "cli", "fabriclab")
+_FORBIDDEN_NAMES = ("labs_check_", "labs_show_")
+
+
+class ForbiddenImport(ImportError):
+    """The student's code reached for fabriclab's own implementation."""
+
+
+def _forbidden(name: str) -> bool:
+    top = name.split(".", 1)[0]
+    return top in FORBIDDEN or name.startswith(_FORBIDDEN_NAMES)
+
+
+class _Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if _forbidden(fullname):
+            raise ForbiddenImport(f"it imports {fullname}, fabriclab's own code: the lab asks you to write this "
+                                  "yourself, with the standard library")
+        return None
+
+
+@contextmanager
+def isolated() -> Iterator[None]:
+    """fabriclab's packages out of reach while the student's code runs: not importable, and not in
+    sys.modules either (where an earlier import would otherwise be found without asking)."""
+    hidden = {name: mod for name, mod in sys.modules.items() if _forbidden(name)}
+    for name in hidden:
+        del sys.modules[name]
+    blocker = _Blocker()
+    sys.meta_path.insert(0, blocker)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(blocker)
+        for name in [n for n in sys.modules if _forbidden(n)]:
+            del sys.modules[name]
+        sys.modules.update(hidden)
+
+
 
 
 def load_module(folder: Path, filename: str) -> ModuleType | Check:
@@ -126,7 +200,8 @@ def load_module(folder: Path, filename: str) -> ModuleType | Check:
     if not path.is_file():
         return failed(f"load {filename}", f"{path} does not exist; copy the lab's starter/ and edit it there")
     try:
-        return import_file(path, f"_lab_student_{abs(hash(path.resolve()))}")
+        with isolated():
+            return import_file(path, f"_lab_student_{abs(hash(path.resolve()))}")
     except Exception as exc:
         return failed(f"load {filename}", f"importing {path} raised {_where(exc)}")
 
@@ -137,7 +212,8 @@ def call(module: ModuleType, function: str, *args: Any, **kwargs: Any) -> tuple[
     if not callable(fn):
         return None, failed(function, f"{Path(module.__file__ or '?').name} has no function {function}()")
     try:
-        return fn(*args, **kwargs), None
+        with isolated():
+            return fn(*args, **kwargs), None
     except NotImplementedError as exc:
         return None, failed(function, f"{function}() is not written yet ({exc or 'TODO'})")
     except Exception as exc:
@@ -175,7 +251,8 @@ def _same(got: Any, want: Any, rel: float) -> bool:
 
 
 def _pct(rel: float) -> str:
-    return f"{rel * 100:g} %"
+    # A tolerance this small only absorbs floating-point rounding: say so rather than print "1e-07 %".
+    return "rounding" if rel < 1e-6 else f"{rel * 100:g} %"
 
 
 def _show(value: Any) -> str:

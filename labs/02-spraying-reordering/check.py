@@ -4,7 +4,8 @@ On a folder of code (the lab's starter/ or solution/, or your copy): reorder.py'
 transport's own receiver (`transport.core.connection.Connection`), fed the same packets in the same order:
 the reorder distances it records, and the most payload it held at once (its `peak_reassembly_bytes`,
 in packets), with unordered and ordered delivery. The arrival orders are hand-made cases and sprays
-over two paths of different speed.
+over two paths of different speed, two of them drawn from the seed the checker prints. The student's
+module runs with fabriclab's packages out of reach: an answer that asks the transport's receiver fails.
 
 On a results directory of `fabriclab run reordering`: the measured run, judged with margins (never
 exact figures): spraying over the two paths reorders a large share of the packets and a single path
@@ -77,7 +78,21 @@ def _cases() -> dict[str, list[int]]:
         "seeded swaps": shuffled,
         "two paths, one 3x slower": two_paths(240, 3.0, seed=1),
         "two paths, one 1.5x slower, two losses, duplicates": [*two_paths(240, 1.5, seed=2, lost=(41, 130)), 41, 77],
+        **_random_cases(),
     }
+
+
+def _random_cases(count: int = 2) -> dict[str, list[int]]:
+    """Sprays drawn from this run's seed: any slow path, a few losses, a few duplicates."""
+    rng = grading.case_rng("lab2 arrivals")
+    cases = {}
+    for _ in range(count):
+        packets, slow = rng.randint(40, 200), round(rng.uniform(1.1, 5.0), 2)
+        lost = tuple(sorted(rng.sample(range(packets), rng.randint(0, 3))))
+        arrivals = two_paths(packets, slow, seed=rng.randrange(1 << 30), lost=lost)
+        arrivals += rng.sample(range(packets), rng.randint(0, 3))
+        cases[f"drawn: two paths, one {slow}x slower, {packets} packets, lost {list(lost)}"] = arrivals
+    return cases
 
 
 def _receive(arrivals: list[int], per_message: int, ordered: bool) -> tuple[Connection, int]:

@@ -1,9 +1,10 @@
 """Lab 3 checker: loss recovery, go-back-N against selective repeat.
 
 On a folder of code (the lab's starter/ or solution/, or your copy): recovery.py's models against the
-transport itself. `transmissions` against the DATA packets a real sender (`transport.core.connection`) puts
-on the wire in fabriclab's simulated network (`transport.sim.simnet`) when the first transmissions of given
-PSNs are dropped, with a fixed window and a long round trip; `efficiency` against that sender's share of
+transport itself. `transmissions` against the DATA packets a real sender (`transport.core.connection`)
+puts on the wire in fabriclab's simulated network (`transport.sim.simnet`) when the first transmissions
+of given PSNs are dropped, with a fixed window and a long round trip: exactly, on sixteen fixed
+transfers and six drawn from the seed the checker prints; `efficiency` against that sender's share of
 useful transmissions under random loss; `stall_probability` against a Monte Carlo of the loss process.
 
 On a results directory of `fabriclab run loss-recovery`: the measured run, judged with margins (never
@@ -109,6 +110,19 @@ def monte_carlo_stall(loss: float, packets: int, flows: int, trials: int = 200_0
 # ---- the student's code ---------------------------------------------------------------------------
 
 
+def _random_sent_cases(count: int = 6) -> dict[str, tuple[int, set[int], str, int]]:
+    """Transfers drawn from this run's seed: any window, any size, up to five losses anywhere."""
+    rng = grading.case_rng("lab3 transmissions")
+    cases = {}
+    for i in range(count):
+        recovery = ("selective", "gobackn")[i % 2]
+        packets, window = rng.randint(20, 300), rng.choice((2, 3, 4, 8, 12, 16, 32))
+        lost = set(rng.sample(range(packets), rng.randint(1, 5)))
+        cases[f"{recovery}, window {window}, {packets} packets, lost {sorted(lost)} (drawn)"] = (
+            packets, lost, recovery, window)
+    return cases
+
+
 def check_code(folder: Path) -> list[grading.Check]:
     mod = grading.load_module(folder, MODULE)
     if isinstance(mod, grading.Check):
@@ -119,14 +133,20 @@ def check_code(folder: Path) -> list[grading.Check]:
                              (4, {296, 299}), (16, {299}), (8, {5, 13, 21, 150})):
             sent_cases[f"{recovery}, window {window}, 300 packets, lost {sorted(lost) or 'none'}"] = (
                 300, lost, recovery, window)
+    sent_cases.update(_random_sent_cases())
     eff_cases = {f"{recovery}, loss {loss:.0%}, window {window}": (loss, recovery, window)
                  for loss, recovery, window in ((0.2, "selective", 8), (0.01, "gobackn", 16), (0.05, "gobackn", 8),
                                                 (0.05, "gobackn", 16), (0.1, "gobackn", 4))}
+    stall_rng = grading.case_rng("lab3 stall")
+    drawn = [(round(stall_rng.uniform(0.0005, 0.02), 4), stall_rng.randint(5, 200), stall_rng.randint(1, 32))
+             for _ in range(2)]
     stall_cases = {f"loss {loss:g}, {packets} packets x {flows} flows": (loss, packets, flows)
                    for loss, packets, flows in ((0.001, 46, 8), (0.01, 46, 1), (0.01, 46, 8), (0.0001, 46, 64),
-                                                (0.05, 10, 2), (0.0005, 1000, 1))}
+                                                (0.05, 10, 2), (0.0005, 1000, 1), *drawn)}
     return [
-        grading.agrees("transmissions", mod, "transmissions", sent_cases, transport_sent, rel=0.02,
+        # A count of packets, and the model matches the sender packet for packet: compared exactly (a
+        # tolerance let a go-back-N that resends one packet too few per loss pass).
+        grading.agrees("transmissions", mod, "transmissions", sent_cases, transport_sent,
                        what="the transport's sender in transport.sim.simnet"),
         grading.agrees("efficiency", mod, "efficiency", eff_cases, transport_efficiency, rel=0.1,
                        what="the transport's sender under random loss in transport.sim.simnet (3000 packets)"),

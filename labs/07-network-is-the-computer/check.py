@@ -6,12 +6,14 @@ live run, on a virtual clock), on the lab's fabric (8 Mb/s host links, 4 Mb/s up
 behind 2 Mb/s):
 - `sync_checkpoint_stall` against the stall of a synchronous checkpoint to far storage;
 - `async_checkpoint_stall` against asynchronous checkpoints written more often than the far link
-  can take them, and less often;
+  can take them, and less often, and never negative or the whole write on cases drawn from the seed;
 - `collision_probability` against ECMP-like hashing of flows onto uplinks, drawn many times;
-- `steps_lost` against the steps a simulated job lost when a cut link timed a collective out;
+- `steps_lost` against the steps a simulated job lost when a cut link timed a collective out, and on
+  failures drawn from the seed the checker prints;
 - `prefetched_data_wait` on a few cases.
 
-On a results directory of `fabriclab run training` it grades the arms it finds: every job finished
+On a results directory of `fabriclab run training` it grades every arm of the step that made it (step
+2's four arms, or step 2b's cut; a run missing one fails): every job finished
 with numpy's sums; far storage stalls synchronous checkpoints at least twice as long as near storage;
 asynchronous checkpointing hides at least half of that; spraying's p99 step time no worse than ECMP's
 (beyond noise); a cut link cost a rollback.
@@ -87,6 +89,17 @@ def check_sync(mod: ModuleType) -> list[Check]:
                           "far link)")]
 
 
+def _stall_shape(name: str, got: float, write: float, call: str) -> Check | None:
+    """A stall below zero, or longer than the write it waits for, is wrong whatever the simulation
+    measured: a checkpoint never waits for more than the previous write."""
+    if got < 0:
+        return grading.failed(name, f"{call} = {got:.4g} s: a stall cannot be negative (a write that is done "
+                              "before the next checkpoint is due holds it for 0 s)")
+    if got > write + 1e-9:
+        return grading.failed(name, f"{call} = {got:.4g} s, longer than the write itself ({write:.4g} s)")
+    return None
+
+
 def check_async(mod: ModuleType) -> list[Check]:
     name = "async_checkpoint_stall"
     write = _sync_write_s(_sim())
@@ -98,16 +111,35 @@ def check_async(mod: ModuleType) -> list[Check]:
         if err:
             return [err]
         call = f"{name}({write:.2f}, {interval:.2f})"
-        if bad := _number(name, got, call):
+        if bad := _number(name, got, call) or _stall_shape(name, got, write, call):
             return [bad]
         # The first checkpoint has no previous write to wait for.
         measured = s["checkpoint_stall_s"] / max(1, s["checkpoints"] - 1)
-        ok = measured <= 0.1 if got <= 0.05 else 0.5 * got <= measured <= 2.0 * got
+        # The band is narrow enough to tell the stall from the whole write: every step, the simulated
+        # job stalls 1.06x the write left over after the interval, and 0.74x the whole write.
+        ok = measured <= 0.1 if got <= 0.05 else 0.85 * got <= measured <= 1.25 * got
         checks.append(grading.holds(
             f"{name}: a checkpoint every {every} step(s)", ok,
             f"{call} = {got:.2f} s; simulated {measured:.2f} s per checkpoint after the first",
             f"{call} = {got:.4g} s; the simulated job stalled {measured:.2f} s per checkpoint after the first "
-            "(a write that takes longer than the checkpoint interval holds the next checkpoint for the rest)"))
+            "(expected 0.85x to 1.25x your figure: a checkpoint waits only for what the previous write has "
+            "left when it is due)"))
+    # Writes and intervals drawn from this run's seed: the shape of the answer, not only two points.
+    rng = grading.case_rng("lab7 async")
+    for _ in range(4):
+        w, i = round(rng.uniform(0.1, 5.0), 3), round(rng.uniform(0.1, 5.0), 3)
+        got, err = grading.call(mod, name, w, i)
+        if err:
+            return [*checks, err]
+        call = f"{name}({w}, {i})"
+        if bad := _number(name, got, call) or _stall_shape(f"{name}: drawn cases", got, w, call):
+            return [*checks, bad]
+        if abs(got - max(0.0, w - i)) > 1e-6:
+            return [*checks, grading.failed(f"{name}: drawn cases", f"{call} = {got:.4g} s; a write of {w} s "
+                                            f"with the next checkpoint due {i} s later leaves "
+                                            f"{max(0.0, w - i):.4g} s to wait")]
+    checks.append(grading.passed(f"{name}: drawn cases", "never negative, never the whole write, the write "
+                                 "left over when the next checkpoint is due, on 4 cases drawn from the seed"))
     return checks
 
 
@@ -152,6 +184,18 @@ def check_rollback(mod: ModuleType) -> list[Check]:
                                     f"{rb['restart_from']})",
                                     f"{call} = {got!r:.40}; the simulated job lost {rb['steps_lost']} steps "
                                     f"(it restarted from the checkpoint of step {rb['restart_from']})"))
+    # Two cuts are two numbers, easy to write down: more failures, drawn from this run's seed, counted the
+    # way the job counts them (restart from the last checkpoint before the failed step: steps
+    # 1 .. failed_step - 1 were done, and every `every`-th one was checkpointed).
+    rng = grading.case_rng("lab7 steps lost")
+    cases = {}
+    for _ in range(6):
+        every = rng.randint(2, 12)
+        failed_step = rng.randint(1, 60)
+        cases[f"step {failed_step} failed, a checkpoint every {every}"] = (failed_step, every)
+    checks.append(grading.agrees(f"{name}: drawn cases", mod, name, cases,
+                                 lambda failed_step, every: (failed_step - 1) % every,
+                                 what="the steps done since the last checkpoint"))
     return checks
 
 
@@ -173,38 +217,53 @@ def check_code(target: Path) -> list[Check]:
 # ---- results directories ----------------------------------------------------------------------------
 
 
+# The arms lab 7's steps run: step 2 the first four in one run, step 2b the cut in a run of its own.
+MAIN_ARMS = (training.ECMP, training.SPRAY, training.FAR_SYNC, training.FAR_ASYNC)
+CUT_ARMS = (training.CUT,)
+
+
 def check_results(target: Path) -> list[Check]:
     doc = grading.load_results(target, training.NAME)
     names = {a["name"] for a in doc.get("arms", [])}
+    # A run is graded on every arm of the step that made it, so a run of one easy arm is no pass.
+    if training.CUT in names and not names & set(MAIN_ARMS):
+        expected = CUT_ARMS
+    else:
+        expected = MAIN_ARMS + ((training.CUT,) if training.CUT in names else ())
+    missing = [n for n in expected if n not in names]
+    if missing:
+        return [grading.failed("the run holds the lab's arms", f"{target} has {', '.join(sorted(names)) or 'no arms'}; "
+                               f"missing {', '.join(missing)}: run step 2 (`--arms {','.join(MAIN_ARMS)}`) or "
+                               f"step 2b (`--arms {training.CUT}`) as written")]
     t = (doc.get("analysis") or {}).get("training") or {}
     checks = []
-    for name in sorted(names & set(training.ARMS)):
+    for name in expected:
         a = grading.arm(doc, name)
         s = t.get(name, {})
         checks.append(grading.holds(f"{name}: the job", bool(s.get("finished")) and a.get("correct") is True,
                                     f"{s.get('useful_steps')} steps, every collective equal to numpy's sum",
                                     "the job did not finish, or a collective differed from numpy's sum"))
+
     def stall(name: str) -> float | None:
         return grading.arm(doc, name).get("checkpoint_stall_s") if name in names else None
 
-    near, far, far_async = stall(training.SPRAY), stall(training.FAR_SYNC), stall(training.FAR_ASYNC)
-    if near is not None and far is not None:
-        checks.append(grading.at_least("far storage: the stall", far / near if near else None, 2.0,
-                                       "far / near synchronous checkpoint stall"))
-    if far is not None and far_async is not None:
-        checks.append(grading.at_most("asynchronous checkpoints", far_async / far if far else None, 0.5,
+    if expected is not CUT_ARMS:
+        near, far, far_async = stall(training.SPRAY), stall(training.FAR_SYNC), stall(training.FAR_ASYNC)
+        checks.append(grading.at_least("far storage: the stall", far / near if near and far is not None else None,
+                                       2.0, "far / near synchronous checkpoint stall"))
+        checks.append(grading.at_most("asynchronous checkpoints",
+                                      far_async / far if far and far_async is not None else None, 0.5,
                                       "asynchronous / synchronous stall to far storage"))
-    if training.ECMP in names and training.SPRAY in names:
         e, s = (grading.arm(doc, n).get("step_time_p99_s") for n in (training.ECMP, training.SPRAY))
         checks.append(grading.at_most("spray against ECMP", s / e if s and e else None, 1.15,
                                       "spraying's / ECMP's p99 step time"))
     if training.CUT in names:
-        rb = grading.arm(doc, training.CUT).get("rollbacks")
-        checks.append(grading.holds("the cut: a rollback", bool(rb), f"{rb} rollback(s), "
-                                    f"{grading.arm(doc, training.CUT).get('steps_lost')} steps lost",
-                                    "the cut link did not time a collective out"))
-    if not checks:
-        raise LabError(f"no arm of {training.NAME} in {target}; run the lab's step 2")
+        cut = grading.arm(doc, training.CUT)
+        rb, lost = cut.get("rollbacks"), cut.get("steps_lost")
+        checks.append(grading.holds("the cut: a rollback", bool(rb) and isinstance(lost, int) and lost >= 0,
+                                    f"{rb} rollback(s), {lost} steps lost",
+                                    f"the cut link did not time a collective out ({rb!r} rollbacks, {lost!r} steps "
+                                    "lost)"))
     return checks
 
 
