@@ -8,6 +8,15 @@ talks to the other side's receiver). The sender's loss recovery lives in ``trans
 (``LossRecovery``), the receive side in ``transport.core.reassembly`` (``Reassembler``), the wire
 format in ``transport.core.wire``; this class drives them and sends.
 
+A connection can be told to limit amplification (``limit_amplification``, what a receiver that
+answers requests does): until the peer has shown that it receives what this end sends (an ACK
+echoed the timestamp of one of its DATA packets, so that the round trip was measured), the DATA it
+sends is at most ``factor`` times the bytes it received from the peer, beyond one packet at a time
+while nothing is in flight, ``AMP_PROBES`` of them at most (else no first response could leave).
+As QUIC's anti-amplification limit before address validation: a forged request with a spoofed
+source once made an echoing receiver send its victim 1,807 times the request, retransmitted without
+end.
+
 Internally PSNs and message ids are unbounded integers ("seq"), counted from the initial PSN and
 from 0; only the wire carries them modulo 2^32, and incoming values are mapped back with
 serial-number arithmetic relative to a nearby reference, so wraparound needs no special cases.
@@ -52,6 +61,12 @@ from transport.core.wire import (
 )
 
 __all__ = ["Connection", "Event", "MessageAcked", "MessageReceived"]
+
+# Packets a connection limiting its amplification sends beyond the limit before its peer is
+# validated, one at a time while nothing is in flight (see the module's docstring): with the packet
+# that crossed the limit, a first response packet and two retransmissions of it, so that one loss
+# does not stall a genuine requester.
+AMP_PROBES = 2
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +149,10 @@ class Connection:
             self._credit_rx = self._rx.credit = CreditReceiver(config, self._own_scheduler, self.initial_psn)
         # A controller that reads ECN (transport.core.congestion.nscc) hears of CE echoes before the ACK.
         self._on_ecn = getattr(self._cc, "on_ecn", None)
+        # Amplification limit (see the module's docstring): 0 = none; bytes received from the peer.
+        self._amp_factor = 0
+        self._rx_bytes = 0
+        self._amp_probes = 0  # packets sent beyond the limit
 
     # ------------------------------------------------------------------ API
 
@@ -161,6 +180,21 @@ class Connection:
             scheduler.changed(rx, self._now)
         self._own_scheduler = None
         return rx
+
+    def limit_amplification(self, factor: int = 3) -> None:
+        """Until the peer is validated, send at most ``factor`` times the bytes received from it (the
+        module's docstring)."""
+        self._amp_factor = factor
+
+    @property
+    def peer_validated(self) -> bool:
+        """The peer echoed the timestamp of a DATA packet this end sent: it receives what we send."""
+        return self._rtt.srtt is not None
+
+    @property
+    def sending(self) -> bool:
+        """Messages of this end are queued or not yet acknowledged."""
+        return bool(self._send_queue or self._recovery.sent)
 
     @property
     def max_message_size(self) -> int:
@@ -214,6 +248,7 @@ class Connection:
         if cid != self.connection_id:
             self.stats.drop("wrong_connection")
             return False
+        self._rx_bytes += len(data)
         try:
             if ptype == TYPE_DATA:
                 self._rx.on_data(psn, msg_id, idx, count, msg_len, ts, ev, payload, now, ecn_ce)
@@ -282,6 +317,9 @@ class Connection:
         ev = self._last_ev
         n_new = 0
         new_bytes = 0
+        # Bytes this end may still send before the peer is validated (see the module's docstring).
+        amp_left = (self._amp_factor * self._rx_bytes - st.bytes_sent
+                    if self._amp_factor and self._rtt.srtt is None else None)
         while True:
             rec = recovery.lost_packet() if lost_queue else None
             if rec is None:
@@ -299,9 +337,18 @@ class Connection:
             if next_time > horizon:
                 self._pacing_blocked = True
                 break
+            if amp_left is not None and amp_left - new_bytes <= 0:
+                # Over the amplification limit: one packet at a time while nothing is in flight, a
+                # first response and its retransmissions, AMP_PROBES of them at most.
+                if n_inflight or self._amp_probes >= AMP_PROBES:
+                    break
+                self._amp_probes += 1
             if rec is not None:
                 recovery.pop_lost()
-                append(self._retransmit(rec, ts, now))
+                retx = self._retransmit(rec, ts, now)
+                append(retx)
+                if amp_left is not None:
+                    amp_left -= len(retx[0])
             else:
                 # A new PSN: the next fragment of the oldest queued message.
                 msg = queue[0]
