@@ -275,10 +275,14 @@ def test_timers_in_the_heap_still_fire() -> None:
         r.close()
 
 
-def test_idle_connections_are_forgotten_once_they_owe_nothing() -> None:
+def test_idle_connections_are_forgotten_sooner_while_unproven() -> None:
+    """A connection that delivered a message is forgotten after idle_timeout of silence; one that
+    only holds a fragment (it proved nothing) after UNPROVEN_RTOS x rto_max: it was once kept for good."""
     from transport.core.schema import ReceiverMetrics, problems
+    from transport.io.receiver import UNPROVEN_RTOS
 
     config = TransportConfig(idle_timeout=30.0, max_connections_per_source=2)
+    unproven = UNPROVEN_RTOS * config.rto_max
     r = _receiver(config)
     try:
         src = ("10.0.0.9", 4000)
@@ -287,17 +291,19 @@ def test_idle_connections_are_forgotten_once_they_owe_nothing() -> None:
         assert len(r.peers) == 2
         _feed(r, [(_one_byte_message(3), src)], 1.0)
         assert r.connections_refused == 1  # the source is at its cap
-        assert r._turn(29.0) == 30.0  # the loop wakes for the expiry
+        assert r._turn(unproven - 1) == unproven  # the loop wakes for the expiry
+        r._turn(unproven)
+        # Connection 2 holds a fragment of a message it has not delivered: forgotten first.
+        assert [p.connection_id for p in r.peers.values()] == [1]
+        _feed(r, [(_one_byte_message(3), src)], unproven + 1)  # room again for this source
+        assert r._turn(29.0) == 30.0
         r._turn(30.0)
-        # Connection 1 delivered its message and sent its ACK: forgotten. Connection 2 holds a
-        # fragment of a message it has not delivered: kept.
-        assert [p.connection_id for p in r.peers.values()] == [2]
-        assert r.connections_expired == 1
-        _feed(r, [(_one_byte_message(3), src)], 31.0)  # room again for this source
-        assert sorted(p.connection_id for p in r.peers.values()) == [2, 3]
+        # Connection 1 delivered its message and sent its ACK: forgotten after idle_timeout.
+        assert [p.connection_id for p in r.peers.values()] == [3]
+        assert r.connections_expired == 2
         metrics = r.metrics()
         assert sorted(c["connection_id"] for c in metrics["connections"]) == [1, 2, 3]
-        assert metrics["connections_expired"] == 1
+        assert metrics["connections_expired"] == 2
         assert problems(metrics, ReceiverMetrics) == []
     finally:
         r.close()

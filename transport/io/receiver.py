@@ -7,9 +7,21 @@ names that packet's EV), so it reaches the sender's socket for that EV.
 
 What a datagram can make the receiver hold is bounded (the transport trusts the fabric, but not
 every datagram on it; docs/transport.md, "Trust model"): at most `max_connections` connections, at
-most `max_connections_per_source` from one source address, each forgotten once it has been silent for
-`idle_timeout` and owes nothing; addresses are learnt only from datagrams that passed the CRC.
+most `max_connections_per_source` from one source address; addresses are learnt only from datagrams
+that passed the CRC. A connection is forgotten once it has been silent for `idle_timeout`, whatever
+it holds (a sender retransmits within `rto_max` while anything is missing, so one silent that long
+is gone), and sooner, after `UNPROVEN_RTOS` times `rto_max`, while it has not proved it is real:
+while it has delivered no message, or has responses of ours outstanding and has never echoed one
+(its round trip is unmeasured). 1,024 first fragments from spoofed sources once held every slot for
+good (a genuine sender refused 600 s later), and 16 ids x 1,024 partial messages 11.5 MB for good.
+What a forgotten connection held undelivered, or had of ours unacknowledged, is logged.
 Connection timers wait in a heap, so a loop turn touches only the connections that are due or active.
+
+With `--echo` or `--response-size`, every connection limits its amplification
+(`Connection.limit_amplification`): until its peer has echoed one of our DATA packets, it sends at
+most 3 times the bytes received from it, beyond one packet at a time, so a forged request with the
+victim's source address buys the victim a packet or so, not the whole response, and the short expiry
+above ends its retransmissions.
 
 Under a controller that reads ECN (`nscc`) the socket also asks for each datagram's TOS byte
 (IP_RECVTOS, read from recvmsg's ancillary data) and tells the connection which arrived CE-marked;
@@ -73,6 +85,11 @@ _EV_OFFSET = wire.EV_OFFSET
 # Connections examined for expiry in one loop turn at most: forgetting one computes its final record
 # (~20 us), and a burst of them falling due together must not hold up the traffic of the others.
 _EXPIRE_PER_TURN = 64
+# A connection that has not proved it is real (see the module's docstring) is forgotten after this
+# many rto_max of silence (4 s by default), or idle_timeout if that is shorter.
+UNPROVEN_RTOS = 4
+# Amplification allowed towards a peer not yet validated (Connection.limit_amplification).
+AMPLIFICATION = 3
 # Weight of a new sample in the receiver's running mean of the time between packets.
 _GAP_GAIN = 0.125
 # Reads further apart than this are separate bursts, not one flow's spacing.
@@ -246,6 +263,8 @@ class Receiver(EventLoop):
             self.connections_refused += 1
             return None
         conn = Connection(config, cid, seed=cid)
+        if self.echo or self.response_size:
+            conn.limit_amplification(AMPLIFICATION)
         peer = _Peer(conn, cid, addr, now)
         if conn.credit_receiver is not None:
             if self._credit is None:
@@ -262,13 +281,20 @@ class Receiver(EventLoop):
         self.peers[peer.key] = peer
         self._per_source[host] = from_host + 1
         if config.idle_timeout > 0:
-            heapq.heappush(self._expiry, (now + config.idle_timeout, next(self._tie), peer))
+            heapq.heappush(self._expiry, (now + self._silence_allowed(peer), next(self._tie), peer))
         log.info("new connection %#x from %s:%d", cid, addr[0], addr[1])
         return peer
 
-    def _expire(self, now: float) -> None:
-        """Forget connections silent for idle_timeout that owe nothing and hold nothing undelivered."""
+    def _silence_allowed(self, peer: _Peer) -> float:
+        """How long ``peer`` may stay silent before it is forgotten (see the module's docstring)."""
+        conn = peer.conn
         idle = self.config.idle_timeout
+        if conn.peer_validated or (peer.messages and not conn.sending):
+            return idle
+        return min(idle, UNPROVEN_RTOS * self.config.rto_max)
+
+    def _expire(self, now: float) -> None:
+        """Forget connections silent for longer than they may be, whatever they hold."""
         heap = self._expiry
         peers = self.peers
         for _ in range(_EXPIRE_PER_TURN):
@@ -277,16 +303,20 @@ class Receiver(EventLoop):
             _, _, peer = heapq.heappop(heap)
             if peers.get(peer.key) is not peer:
                 continue
-            quiet_until = peer.last + idle
+            quiet_until = peer.last + self._silence_allowed(peer)
             if quiet_until > now:
                 heapq.heappush(heap, (quiet_until, next(self._tie), peer))  # heard from since
-            elif not peer.conn.idle or peer.conn.stats.reassembly_bytes:
-                # Data of its own not yet acknowledged, an ACK owed, or fragments held: not yet.
-                heapq.heappush(heap, (now + idle, next(self._tie), peer))
             else:
                 self._forget(peer)
 
     def _forget(self, peer: _Peer) -> None:
+        conn = peer.conn
+        held = conn.stats.reassembly_bytes
+        if held or conn.sending:
+            # Loss is never silent: what dies with the connection is said.
+            log.warning("connection %#x from %s forgotten after %.3g s of silence with %d bytes undelivered "
+                        "and %d messages of ours unacknowledged", peer.connection_id, peer.host,
+                        self._silence_allowed(peer), held, conn.stats.messages_sent - conn.stats.messages_acked)
         del self.peers[peer.key]
         if peer.conn.credit_receiver is not None:
             peer.conn.credit_receiver.detach()

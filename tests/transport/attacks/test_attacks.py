@@ -67,3 +67,71 @@ def test_forged_naks_do_not_rewind_go_back_n() -> None:
     assert attacked["delivered"]
     assert attacked["packets_sent"] <= 1.2 * clean["packets_sent"]
     assert attacked["duration_s"] <= 1.1 * clean["duration_s"]
+
+
+def test_spoofed_first_fragments_free_every_slot_within_seconds() -> None:
+    """1,024 first fragments from spoofed sources once held every slot for good: a genuine sender
+    was refused 600 s later. Unproven, they go after UNPROVEN_RTOS x rto_max of silence."""
+    from transport.io.receiver import UNPROVEN_RTOS
+
+    after = UNPROVEN_RTOS * TransportConfig().rto_max + 0.5
+    figures = scenarios.spoofed_slots(held_for=after)
+    assert figures["held_at_start"] == 1024
+    assert figures["still_held"] == 0 and figures["genuine_served"]
+
+
+def test_partial_messages_are_not_kept_forever() -> None:
+    figures = scenarios.partial_messages(ids=4, fragments=256, later=5.0)
+    assert figures["connections_left_after_s"][1] == 0 and figures["fragments_left"] == 0
+
+
+def test_a_forged_request_to_an_echoing_receiver_buys_its_victim_three_packets() -> None:
+    """A 142-byte forged request once made a receiver with --response-size 150000 send the victim
+    256,558 bytes in 120 s (1,807x), and it was still retransmitting."""
+    figures = scenarios.echo_amplification()
+    assert figures["data_packets"] <= 3 and figures["amplification"] <= 40
+    assert figures["still_sending_after_s"][1] is False
+
+
+def _request_response(drop_first_response: bool) -> tuple[float, int]:
+    """A 100-byte request and a 150 kB response between Connections on the virtual clock, the
+    responder limiting its amplification; the first response packet lost on request. Returns when
+    the response was complete and how many response packets were sent."""
+    from transport.core.connection import MessageReceived
+    from transport.sim.simnet import PathSpec, SimNetwork, drive
+
+    config = TransportConfig()
+    net = SimNetwork([PathSpec()], seed=1)
+    a, b = Connection(config, 5, seed=1), Connection(config, 5, seed=2)
+    b.limit_amplification(3)
+    a.send_message(bytes(100), 0.0)
+    got: list[float] = []
+    real_send = net.send
+    dropped = [not drop_first_response]
+
+    def send(src: int, data: bytes, ev: int, now: float) -> None:
+        if src == 1 and data[wire.TYPE_OFFSET] == wire.TYPE_DATA and not dropped[0]:
+            dropped[0] = True
+            return
+        real_send(src, data, ev, now)
+
+    net.send = send  # type: ignore[method-assign]
+
+    def on_event(side: int, event: object, now: float) -> None:
+        if side == 1 and isinstance(event, MessageReceived):
+            b.send_message(bytes(150_000), now)
+        elif side == 0 and isinstance(event, MessageReceived):
+            got.append(now)
+
+    end = drive((a, b), [(net, 0, 1)], done=lambda: bool(got) and b.idle, time_limit=5.0, on_event=on_event)
+    assert got, f"no response by {end:.3f} s"
+    return got[0], b.stats.packets_sent
+
+
+def test_a_genuine_requester_gets_its_whole_response() -> None:
+    """The limit costs a genuine requester one round trip (the first packet's ACK validates it),
+    and a lost first packet is retransmitted."""
+    clean, packets = _request_response(False)
+    assert clean < 0.05 and packets <= -(-150_000 // TransportConfig().max_payload) + 4
+    lossy, _ = _request_response(True)
+    assert lossy < 0.2
