@@ -206,6 +206,25 @@ def test_topology_keys_table_is_every_builder_s_keys():
         assert keys | common == known, f"{name}: documented {sorted(keys | common)}, accepted {sorted(known)}"
 
 
+def first_column_names(text: str, header: str) -> set[str]:
+    """The backquoted names in the first column of the table whose header row is `header`."""
+    table = text.split(header, 1)[1].split("\n\n", 1)[0]
+    return {n for row in table.splitlines()[2:] for n in re.findall(r"`([a-z-]+)`", row.split(" | ")[0])}
+
+
+def test_controller_modes_table_is_the_routing_modes():
+    from transport.core.contract import ROUTING_MODES
+
+    assert first_column_names(page("controller.md"), "| mode | rule |") == set(ROUTING_MODES)
+
+
+def test_collectives_table_is_what_allreduce_runs():
+    allreduce = subcommands(parser())["allreduce"]
+    (choices,) = [a.choices for a in allreduce._actions if "--collective" in a.option_strings]
+    documented = first_column_names(page("transport-guide.md"), "| collective | schedule |")
+    assert documented == set(choices), (sorted(documented), sorted(choices))
+
+
 def test_live_options_table_names_real_options():
     live = subcommands(parser())["live"]
     options = {s for action in live._actions for s in action.option_strings}
