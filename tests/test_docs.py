@@ -147,6 +147,18 @@ def test_commands_page_names_every_command_and_only_real_ones():
     assert not missing, f"docs/commands.md does not describe {sorted(missing)}"
 
 
+def test_commands_page_options_are_real_options():
+    """Every --option written beside a command in the commands table is one that command takes."""
+    for span in table_commands(page("commands.md")):
+        command = resolve(span)
+        sub = subcommands(parser())[command.split()[0]]
+        if " " in command:
+            sub = subcommands(sub)[command.split()[1]]
+        options = {o for action in sub._actions for o in action.option_strings}
+        written = set(re.findall(r"(--[a-z][a-z-]*)", span))
+        assert written <= options, f"fabriclab {command}: {sorted(written - options)}"
+
+
 def test_readme_command_table_is_one_line_per_real_command():
     readme = (ROOT / "README.md").read_text()
     named = table_commands(readme)
@@ -172,6 +184,9 @@ def test_every_experiment_has_its_page_with_its_fabric_and_arms():
         assert f"| {exp.duration_s:g} |" in text, f"{name}: {exp.duration_s} s per arm"
         assert f"fabriclab run {name}" in text
         assert f"[`{name}`](experiments/{name}.md)" in overview, name
+        run_options = {o for action in subcommands(parser())["run"]._actions for o in action.option_strings}
+        written = set(re.findall(r"`(--[a-z][a-z-]*)", text))
+        assert written <= run_options, f"{name}: {sorted(written - run_options)}"
 
 
 def test_results_reference_names_only_real_keys():
