@@ -97,7 +97,9 @@ def reference_from_seed(n: int, size: int, seed: int, make: Callable[[int, int, 
 
 
 def edge_connection_id(n_ranks: int, seed: int, sender_rank: int) -> int:
-    """The connection id of the ring edge sender_rank -> sender_rank+1, agreed without talking."""
+    """The connection id of the ring edge sender_rank -> sender_rank+1, agreed without talking: the
+    simulated ring's. The worker over UDP draws one per start instead (transport/io/incarnation.py),
+    so that a restarted rank is never matched to the state its old self left at its neighbour."""
     return zlib.crc32(f"fabriclab-allreduce:{n_ranks}:{seed}:{sender_rank}".encode()) or 1
 
 

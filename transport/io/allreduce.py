@@ -45,7 +45,6 @@ from transport.collective.ring import (
     RingRank,
     RingWorker,
     make_input,
-    rank_connections,
     reference_from_seed,
 )
 from transport.core import wire
@@ -65,6 +64,7 @@ from transport.io.eventloop import (
     read_batch,
     socket_drops,
 )
+from transport.io.incarnation import PeerIncarnation, PeerRestarted, fresh_connection_id
 
 logger = logging.getLogger(__name__)
 
@@ -406,8 +406,15 @@ class UdpRingWorker(RankLoop):
         n, r = opts.n_ranks, opts.rank
         self.left = opts.peers[(r - 1) % n]
         self.right = opts.peers[(r + 1) % n]
-        self.send_conn, self.recv_conn = rank_connections(opts.config, n, r, opts.seed)
-        self._recv_cid = self.recv_conn.connection_id
+        # Each start sends under a fresh connection id, and the left neighbour's is taken from its
+        # first DATA (transport/io/incarnation.py): a restarted rank is never matched to the state
+        # its old self left behind, which acknowledged its new data as duplicates.
+        base = opts.seed * 1000 + 2 * r
+        self.send_conn = Connection(opts.config, fresh_connection_id(), seed=base)
+        self._recv_seed = base + 1
+        self.recv_conn = Connection(opts.config, 0, seed=base + 1)  # replaced by _adopt()
+        self._recv_cid: int | None = None
+        self._left_incarnation: PeerIncarnation | None = None  # the left neighbour's host, from open()
         self.data = make_input(opts.seed, r, opts.size)
         self.worker = RingWorker(r, n, self.data, opts.iterations, max(1, opts.piece_bytes // DTYPE.itemsize))
         self.ring = self.run_state = RingRank(self.worker)
@@ -427,6 +434,7 @@ class UdpRingWorker(RankLoop):
         host, port = opts.peers[self.rank]
         lfamily, _ = resolve(host, port)
         rfamily, rdest = resolve(*self.right)
+        self._left_incarnation = PeerIncarnation(resolve(*self.left)[1][0])
         # Listen on this rank's own address from --peers, not on every interface of the machine.
         s = bind_listen(lfamily, opts.bind or host, port, self.rank)
         self._register(s, self._drain_listen)
@@ -471,9 +479,11 @@ class UdpRingWorker(RankLoop):
         cid = self._recv_cid
         evaddr = self._evaddr
         for data, addr in batch:
-            if len(data) < wire.CONN_ID_OFFSET + 4 or wire.read_conn_id(data) != cid:
+            if len(data) < wire.CONN_ID_OFFSET + 4 or (wire.read_conn_id(data) != cid and not self._adopt(data, addr)):
                 self.counters["foreign_datagrams"] += 1
                 continue
+            if cid != self._recv_cid:  # just adopted
+                cid, receive = self._recv_cid, self.recv_conn.receive_datagram
             # Addresses are learnt only from datagrams that parsed and passed the CRC.
             if receive(data, now) and data[wire.TYPE_OFFSET] == wire.TYPE_DATA:
                 # The ACK names the DATA packet's EV and goes back to the socket that sent it.
@@ -483,6 +493,26 @@ class UdpRingWorker(RankLoop):
             self.counters["datagrams_received"] += n
             self._last_rx = now
         return n
+
+    def _adopt(self, data: bytes, addr: tuple[Any, ...]) -> bool:
+        """Take the connection id of the left neighbour's first DATA as its incarnation's; a DATA of
+        its under another id later means it restarted, which ends the run with an error."""
+        inc = self._left_incarnation
+        if inc is None:
+            return False
+        try:
+            if not inc.adopt(data, addr):
+                return False
+        except PeerRestarted as exc:
+            self.counters["protocol_errors"] += 1
+            raise AllReduceError(f"rank {self.rank}: the left neighbour at {exc}") from None
+        cid = inc.connection_id
+        assert cid is not None
+        self.recv_conn = Connection(self.opts.config, cid, seed=self._recv_seed)
+        self._recv_cid = cid
+        self.recv_pump = Pump(self.recv_conn, self._send_acks, self._on_recv_event)
+        self.pumps = [self.send_pump, self.recv_pump]
+        return True
 
     def _drain_ev(self, sock_recv: Callable[[int], bytes], now: float) -> int:
         receive = self.send_conn.receive_datagram

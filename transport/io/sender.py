@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import socket
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from transport.core.pump import Pump, earliest
 from transport.core.schema import SenderMetrics, base_rto_s
 from transport.io.addressing import resolve
 from transport.io.eventloop import EndpointError, EventLoop, SendCounters, SocketSender, socket_drops
+from transport.io.incarnation import fresh_connection_id
 from transport.io.workload import Workload, make_payload, payload_seq
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class Sender(EventLoop):
         self.connect_timeout = connect_timeout
         self.on_response = on_response
         if connection_id is None:
-            connection_id = int.from_bytes(os.urandom(4), "big") or 1
+            connection_id = fresh_connection_id()  # a restart is never matched to old receiver state
         self.connection_id = connection_id
         self.conn = Connection(config, connection_id, seed=seed)
         self.socks: list[socket.socket] = []

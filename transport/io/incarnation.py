@@ -1,0 +1,58 @@
+"""Connection ids that change on every start, so that a restarted peer is never matched to the
+state an old incarnation left behind.
+
+With one id for a pair agreed from the seed, a rank that restarted sent its first messages at PSN 0
+to a neighbour still expecting where the old one left off: they were acknowledged as duplicates and
+never delivered (10 messages reported acknowledged, none delivered), or the stream stalled. So each
+start draws its sending side's id at random (``fresh_connection_id``), and the receiving side takes
+the id of the first checked DATA packet from the peer it expects (``PeerIncarnation``); a later DATA
+packet from that peer under another id is a restart, which the worker reports as an error rather
+than mixing the two incarnations' streams. Neither side's loss is silent: the restarted sender is
+never acknowledged, and the survivor says what happened.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from transport.core import wire
+
+__all__ = ["PeerIncarnation", "PeerRestarted", "fresh_connection_id"]
+
+
+def fresh_connection_id() -> int:
+    """A random, non-zero 32-bit connection id for this start."""
+    return int.from_bytes(os.urandom(4), "big") or 1
+
+
+class PeerRestarted(Exception):
+    """A peer's DATA came under a new connection id: it restarted, and what the old one sent may be lost."""
+
+
+@dataclass
+class PeerIncarnation:
+    """The connection id the expected peer (``host``) sends on, taken from its first checked DATA."""
+
+    host: str
+    connection_id: int | None = None
+
+    def adopt(self, data: bytes, addr: tuple[Any, ...]) -> bool:
+        """Whether ``data`` (from ``addr``, not under the adopted id) makes its id the peer's: only a
+        DATA packet that decodes and passes its CRC, from the peer's host, and only the first. Raises
+        PeerRestarted for such a packet under another id once one is adopted."""
+        if addr[0] != self.host or len(data) <= wire.TYPE_OFFSET or data[wire.TYPE_OFFSET] != wire.TYPE_DATA:
+            return False
+        try:
+            packet = wire.decode(data)
+        except Exception:  # any decoding failure: not a packet of ours
+            return False
+        if not isinstance(packet, wire.DataPacket):
+            return False
+        if self.connection_id is not None:
+            raise PeerRestarted(
+                f"{self.host} restarted: its data now comes under connection id {packet.conn_id:#x}, not "
+                f"{self.connection_id:#x}, so what it sent before may be lost; restart the whole run")
+        self.connection_id = packet.conn_id
+        return True
