@@ -79,6 +79,18 @@ def resolve(words: str) -> str | None:
     return f"{first} {rest[0].split('/')[0]}"
 
 
+def options_of(command: str) -> set[str]:
+    """Every option string of a command `resolve` named: `up`, `bench cc`, ..."""
+    sub = subcommands(parser())[command.split()[0]]
+    if " " in command:
+        sub = subcommands(sub)[command.split()[1]]
+    return {o for action in sub._actions for o in action.option_strings}
+
+
+def written_options(span: str) -> set[str]:
+    return set(re.findall(r"(--[a-z][a-z-]*)", span))
+
+
 # ---------------------------------------------------------------------------------------------------
 # The site
 
@@ -151,12 +163,7 @@ def test_commands_page_options_are_real_options():
     """Every --option written beside a command in the commands table is one that command takes."""
     for span in table_commands(page("commands.md")):
         command = resolve(span)
-        sub = subcommands(parser())[command.split()[0]]
-        if " " in command:
-            sub = subcommands(sub)[command.split()[1]]
-        options = {o for action in sub._actions for o in action.option_strings}
-        written = set(re.findall(r"(--[a-z][a-z-]*)", span))
-        assert written <= options, f"fabriclab {command}: {sorted(written - options)}"
+        assert written_options(span) <= options_of(command), f"fabriclab {span}"
 
 
 def test_readme_command_table_is_one_line_per_real_command():
@@ -184,9 +191,8 @@ def test_every_experiment_has_its_page_with_its_fabric_and_arms():
         assert f"| {exp.duration_s:g} |" in text, f"{name}: {exp.duration_s} s per arm"
         assert f"fabriclab run {name}" in text
         assert f"[`{name}`](experiments/{name}.md)" in overview, name
-        run_options = {o for action in subcommands(parser())["run"]._actions for o in action.option_strings}
         written = set(re.findall(r"`(--[a-z][a-z-]*)", text))
-        assert written <= run_options, f"{name}: {sorted(written - run_options)}"
+        assert written <= options_of("run"), f"{name}: {sorted(written - options_of('run'))}"
 
 
 def test_results_reference_names_only_real_keys():
@@ -248,6 +254,32 @@ def test_live_options_table_names_real_options():
     first_cells = [row.split(" | ")[0] for row in table.splitlines() if row.startswith("| `")]
     named = {o for cell in first_cells for o in re.findall(r"`(--[a-z-]+)", cell)}
     assert named and named <= options, sorted(named - options)
+
+
+def test_measurements_are_a_log_of_dated_reproducible_entries():
+    """One section per benchmark; each entry says when, at which commit, on which machine and with which
+    command; a section's first entry is its latest, and the table at the top lists every section."""
+    text = page("measurements.md")
+    entry = re.compile(r"^\*([^*]+?) · (?:commit [0-9a-f]{7,40}|recorded in commits [^·]+)"
+                       r" · ([^*]+)\* — reproduce with: \S", re.M)
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    benchmarks = [s for s in sections if not s.startswith(("Latest entries", "Machines"))]
+    assert len(benchmarks) >= 8
+    latest = text.split("## Latest entries", 1)[1].split("\n## ", 1)[0]
+    for section in benchmarks:
+        title = section.splitlines()[0]
+        first = section.split("\n### ", 1)[1]
+        assert first.startswith("Latest"), f"{title}: the first entry is not the latest"
+        assert entry.search(first.split("\n### ", 1)[0]), f"{title}: its latest entry lacks date, commit or command"
+        for sub in section.split("\n### ")[1:]:
+            assert entry.search(sub), f"{title} / {sub.splitlines()[0]}: no date, commit, machine and command"
+        assert f"[{title}](#" in latest, f"{title} is not in the table of latest entries"
+    assert "(docs/measurements.md#latest-entries)" in (ROOT / "README.md").read_text()
+    # The commands the entries give to reproduce them are commands, with options, of today's fabriclab.
+    for line in (m.group(0) for m in re.finditer(r"^\*.* — reproduce with: .*$", text, re.M)):
+        for span in re.findall(r"`(?:[A-Z_]+=\S+ )?fabriclab ([^`]*)`", line):
+            command = resolve(span)
+            assert command and written_options(span) <= options_of(command), line
 
 
 # ---------------------------------------------------------------------------------------------------
