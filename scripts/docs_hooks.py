@@ -80,16 +80,30 @@ def docstring_markdown(doc: str | None) -> list[str]:
     return ["\n".join(line.rstrip() for line in doc.strip().splitlines()), ""]
 
 
-def find(module: str, name: str) -> ast.AST:
-    path = ROOT / (module.replace(".", "/") + ".py")
-    for node in ast.parse(path.read_text()).body:
+def find(module: str, name: str) -> tuple[ast.AST, list[str]]:
+    """The class or function `name` of `module`, and the module's source lines."""
+    source = (ROOT / (module.replace(".", "/") + ".py")).read_text()
+    for node in ast.parse(source).body:
         if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == name:
-            return node
+            return node, source.splitlines()
     raise LookupError(f"docs: {module} has no top-level {name} (named in an <!-- api --> marker)")
 
 
+def dataclass_fields(node: ast.ClassDef, lines: list[str]) -> list[str]:
+    """A dataclass's constructor, one field a line, with the comment its source gives it."""
+    fields = []
+    for item in node.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            text = f"    {item.target.id}: {ast.unparse(item.annotation)}"
+            if item.value is not None:
+                text += f" = {ast.unparse(item.value)}"
+            comment = lines[item.lineno - 1].partition("  # ")[2]
+            fields.append(f"{text},{'  # ' + comment if comment else ''}")
+    return fields
+
+
 def api_markdown(module: str, name: str) -> str:
-    node = find(module, name)
+    node, lines = find(module, name)
     out = [f"## `{name}`", "", f"`from {module} import {name}`", ""]
     if isinstance(node, ast.FunctionDef):
         out += ["```python", f"{name}{signature(node, False)}", "```", ""]
@@ -100,6 +114,8 @@ def api_markdown(module: str, name: str) -> str:
     init = next((m for m in methods if m.name == "__init__"), None)
     if init:
         out += ["```python", f"{name}{signature(init, True)}", "```", ""]
+    elif fields := dataclass_fields(node, lines):
+        out += ["```python", f"{name}(", *fields, ")", "```", ""]
     for m in methods:
         if m.name.startswith("_"):
             continue
