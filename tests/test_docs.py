@@ -246,6 +246,17 @@ def test_collectives_table_is_what_allreduce_runs():
     assert documented == set(choices), (sorted(documented), sorted(choices))
 
 
+def test_labs_page_lists_every_lab():
+    from labs.catalogue import all_labs
+
+    text = page("labs.md")
+    labs = all_labs()
+    words = ["One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine", "Ten"]
+    assert text.split("\n\n")[1].startswith(f"{words[len(labs) - 1]} teaching labs"), "the count of labs"
+    for lab in labs:
+        assert f"| {lab.number} " in text and f"(`labs/{lab.slug}/`)" in text, lab.slug
+
+
 def test_live_options_table_names_real_options():
     live = subcommands(parser())["live"]
     options = {s for action in live._actions for s in action.option_strings}
