@@ -156,7 +156,7 @@ def test_commands_page_names_every_command_and_only_real_ones():
     # `srd recv/send/group` names the three srd commands in one row.
     resolved |= {f"srd {s}" for s in subcommands(subcommands(parser())["srd"])}
     missing = cli_commands() - resolved
-    assert not missing, f"docs/commands.md does not describe {sorted(missing)}"
+    assert not missing, f"docs/commands.md does not describe {sorted(missing)}: add a row to its table"
 
 
 def test_commands_page_options_are_real_options():
@@ -172,7 +172,8 @@ def test_readme_command_table_is_one_line_per_real_command():
     resolved = {resolve(c) for c in named}
     assert None not in resolved, [c for c in named if resolve(c) is None]
     resolved |= {f"srd {s}" for s in subcommands(subcommands(parser())["srd"])}
-    assert not cli_commands() - resolved, sorted(cli_commands() - resolved)
+    missing = cli_commands() - resolved
+    assert not missing, f"README.md's Commands table has no line for {sorted(missing)}: add one (one line each)"
 
 
 def test_every_experiment_has_its_page_with_its_fabric_and_arms():
