@@ -4,6 +4,7 @@
   its docstring's first paragraph, and each module with the first line of its docstring.
 - `<!-- api: module:Name -->` becomes the reference of a class (its docstring, constructor and public
   methods) or of a function (signature and docstring).
+- A page written beside the others (OPTIONAL_PAGES) joins the navigation once its file exists.
 
 Both read the source with `ast` and import nothing, so the site builds without root, Mininet or Open
 vSwitch, and a module or docstring that changes changes the site with it.
@@ -18,6 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # The importable top-level folders, in the order the design card names them.
 PACKAGES = ["topologies", "emulator", "transport", "experiments", "live", "labs", "cli"]
+
+# Pages that may not exist yet: file -> (nav section, title, the entry it follows). mkdocs.yml cannot
+# name a missing file, and --strict refuses a file the nav does not name.
+OPTIONAL_PAGES = {"engines.md": ("Design", "The two engines", "The emulator")}
 
 LAYOUT = re.compile(r"<!-- layout -->")
 API = re.compile(r"<!-- api: ([\w.]+):(\w+) -->")
@@ -130,3 +135,17 @@ def api_markdown(module: str, name: str) -> str:
 def on_page_markdown(markdown: str, page, config, files) -> str:  # MkDocs' hook signature
     markdown = LAYOUT.sub(lambda _: layout_markdown(), markdown)
     return API.sub(lambda m: api_markdown(m.group(1), m.group(2)), markdown)
+
+
+def on_config(config):
+    """Put each OPTIONAL_PAGES file that exists into the navigation, unless mkdocs.yml already has it."""
+    named = repr(config["nav"])
+    for name, (section, title, after) in OPTIONAL_PAGES.items():
+        if not (Path(config["docs_dir"]) / name).exists() or f"'{name}'" in named:
+            continue
+        for entry in config["nav"]:
+            if isinstance(entry, dict) and section in entry:
+                pages = entry[section]
+                where = next((i + 1 for i, p in enumerate(pages) if isinstance(p, dict) and after in p), len(pages))
+                pages.insert(where, {title: name})
+    return config

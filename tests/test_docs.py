@@ -91,6 +91,17 @@ def written_options(span: str) -> set[str]:
     return set(re.findall(r"(--[a-z][a-z-]*)", span))
 
 
+@cache
+def docs_hooks():
+    """scripts/docs_hooks.py, the site's hook, as a module."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import docs_hooks as hooks
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return hooks
+
+
 # ---------------------------------------------------------------------------------------------------
 # The site
 
@@ -111,6 +122,10 @@ def test_site_builds_strictly(tmp_path):
     api = (tmp_path / "site" / "api.html").read_text()
     for name in ("Fabric", "parse_spec", "Connection", "receive_datagram", "datagrams_to_send"):
         assert name in api, name
+    # A page written beside the others (scripts/docs_hooks.py's OPTIONAL_PAGES) is in the nav once it exists.
+    home = (tmp_path / "site" / "index.html").read_text()
+    for name in docs_hooks().OPTIONAL_PAGES:
+        assert ((DOCS / name).exists()) == (f'href="{name[:-3]}.html"' in home), name
 
 
 def test_make_docs_builds_the_site_strictly():
@@ -121,13 +136,8 @@ def test_make_docs_builds_the_site_strictly():
 def test_the_layout_page_is_generated_not_written():
     text = page("layout.md")
     assert "<!-- layout -->" in text and "| module |" not in text
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import docs_hooks
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-    generated = docs_hooks.layout_markdown()
-    for top in docs_hooks.PACKAGES:
+    generated = docs_hooks().layout_markdown()
+    for top in docs_hooks().PACKAGES:
         for module in (ROOT / top).rglob("*.py"):
             if {"starter", "solution"} & set(module.parts) or module.name == "__init__.py":
                 continue
@@ -320,8 +330,3 @@ def test_pages_name_no_readme_section_that_is_gone():
     for path in DOCS.rglob("*.md"):
         assert "README.md#" not in path.read_text(), path
 
-
-@pytest.mark.parametrize("name", ["engines.md"])
-def test_a_page_written_beside_is_in_the_nav_when_it_exists(name):
-    if (DOCS / name).exists():
-        assert name in (ROOT / "mkdocs.yml").read_text()
