@@ -27,6 +27,7 @@ from experiments.policy_arm import PolicyArmError
 from experiments.records import ResultsReadError, ResultsWriteError
 from experiments.runner import Reporter
 from experiments.schema import RawArm
+from experiments.sim_arm import SimUnsupported
 from experiments.traffic import TrafficError
 from topologies import SpecError
 
@@ -37,8 +38,12 @@ class ExperimentNotFound(LookupError):
     pass
 
 
+class UsageError(ValueError):
+    """Options that do not go together (one line with the fix)."""
+
+
 USER_ERRORS = (EmulatorError, SpecError, FileNotFoundError, ExperimentNotFound, ArmNotFound, TrafficError,
-               PolicyArmError, ResultsWriteError, ResultsReadError, DoesNotFit)
+               PolicyArmError, ResultsWriteError, ResultsReadError, DoesNotFit, UsageError, SimUnsupported)
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
@@ -154,6 +159,24 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_bench_endpoints)
 
+    p = bench.add_parser(
+        "sim", help="what the simulated engine costs by fabric size: events/s, µs per packet-hop, memory",
+        description="Run a sprayed and an ECMP permutation (every host one flow of --size bytes to a host in "
+        "another pod) on fat-trees of each --k, on the simulated engine at the field's settings (100 Gb/s, "
+        "4 KiB MTU, 1 µs hops), and print per arm: events, packet-hops, virtual and wall time, events/s, wall "
+        "µs per packet-hop (and its ratio to the smallest fabric's), peak memory and the slowdowns. Needs no "
+        "root. k=16 (1,024 hosts) takes minutes; k=32 (8,192 hosts) much longer.")
+    p.add_argument("--k", type=_k_list, default=None, metavar="K,...",
+                   help="fat-tree sizes (even; hosts = k^3/4; default: 4,8,16)")
+    p.add_argument("--size", type=positive_int, default=2_000_000, metavar="BYTES",
+                   help="bytes per flow (default: %(default)s)")
+    p.add_argument("--rate", type=positive_float, default=100_000, metavar="MBPS",
+                   help="every link's rate in Mb/s (default: %(default)s)")
+    p.add_argument("--arms", type=_names, default=("spray", "ecmp"), metavar="spray,ecmp",
+                   help="which arms (default: both)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_bench_sim)
+
 
 _delay = number_arg(float, "a number of seconds", 0, 1.0, unit=" seconds")
 
@@ -204,6 +227,15 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="results root (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print results.json to stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from experiments import engines
+
+    p.add_argument("--engine", choices=tuple(engines.ENGINES), default=engines.DEFAULT,
+                   help=f"where the arms run (default {engines.DEFAULT}): {engines.help_text()}")
+    p.add_argument("--queue-bytes", type=positive_int, default=None, metavar="N",
+                   help="sim engine: every switch port's queue in bytes (default: the fabric's queue in "
+                   "packets of full-size frames, as the emulator sizes it)")
+    p.add_argument("--ecn", type=number_arg(float, "a share of the queue", 0, 1), default=None, metavar="F",
+                   help="sim engine: switch ports mark ECN CE from F of their queue (e.g. 0.2; default off)")
 
 
 class RichReporter(Reporter):
@@ -261,14 +293,20 @@ def _run(args: argparse.Namespace) -> int:
 
         exp = with_policy_arm(exp, args.path_policy)
     driver.check_fits(exp, topo)
-    from emulator.system import capabilities, require_ready
+    engine = getattr(args, "engine", "live")
+    if engine == "sim":
+        exp = _for_sim(exp, args)
+    else:
+        if getattr(args, "queue_bytes", None) is not None or getattr(args, "ecn", None) is not None:
+            raise UsageError("--queue-bytes and --ecn set the simulated fabric's queues; add --engine sim")
+        from emulator.system import capabilities, require_ready
 
-    require_ready(capabilities())  # one line with the fix now, not one traceback per arm later
+        require_ready(capabilities())  # one line with the fix now, not one traceback per arm later
     signal.signal(signal.SIGTERM, raise_terminated)
     terminate_on_hangup()
     reporter = None if args.no_progress else RichReporter()
     try:
-        rendered = driver.execute(exp, topo, args.out, reporter)
+        rendered = driver.execute(exp, topo, args.out, reporter, engine=engine)
     finally:
         if isinstance(reporter, RichReporter):
             reporter.close()
@@ -290,6 +328,35 @@ def _run(args: argparse.Namespace) -> int:
         print("run interrupted: finished arms kept, marked incomplete", file=sys.stderr)
         return 130
     return 0
+
+
+def _for_sim(exp: Experiment, args: argparse.Namespace) -> Experiment:
+    """The experiment as the simulated engine runs it: its own arms only (those it leaves out are named,
+    or an error when the user asked for them), and the simulated queues' settings."""
+    from dataclasses import replace
+
+    from experiments import engines
+
+    if getattr(args, "servers", None):
+        raise UsageError("--servers splits a live fabric across machines; the simulated engine runs on this one "
+                         "(drop --servers or --engine sim)")
+    keep, left = engines.runnable_arms(exp, "sim")
+    if left and getattr(args, "arms", None):
+        from experiments.sim_arm import check_arm
+
+        check_arm(left[0], left[0].workload or exp.workload)  # the user named it: its reason, one line
+    if not keep:
+        raise UsageError(f"{exp.name} has no arm the simulated engine runs ({', '.join(a.name for a in left)}: "
+                         "programs it does not model); run it on the live engine")
+    if left:
+        print(f"sim engine: leaving out {', '.join(f'{a.name} ({a.kind})' for a in left)}: it runs the "
+              "transport's own arms", file=sys.stderr)
+    extra = dict(exp.extra)
+    if getattr(args, "queue_bytes", None) is not None:
+        extra["sim_queue_bytes"] = args.queue_bytes
+    if getattr(args, "ecn", None) is not None:
+        extra["sim_ecn_fraction"] = args.ecn
+    return replace(exp, arms=keep, extra=extra)
 
 
 def cmd_bench_fidelity(args: argparse.Namespace) -> int:
@@ -336,6 +403,28 @@ def cmd_bench_endpoints(args: argparse.Namespace) -> int:
         delay_s=eb.DEFAULT_DELAY_S if args.delay is None else args.delay, repeat=args.repeat, profile=args.profile,
         progress=lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
     print(json.dumps(result, indent=1) if args.json else eb.text_report(result))
+    return 0
+
+
+def _k_list(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give even numbers, e.g. 4,8,16") from None
+    if not ks or any(k < 2 or k % 2 for k in ks):
+        raise argparse.ArgumentTypeError(f"{text!r}: every k must be even and at least 2, e.g. 4,8,16")
+    return ks
+
+
+def cmd_bench_sim(args: argparse.Namespace) -> int:
+    from experiments import sim_bench
+
+    unknown = [a for a in args.arms if a not in ("spray", "ecmp")]
+    if unknown:
+        raise UsageError(f"unknown arm {unknown[0]!r}; give spray, ecmp or both")
+    result = sim_bench.run(ks=args.k or sim_bench.DEFAULT_KS, size=args.size, rate_mbps=args.rate,
+                           modes=tuple(args.arms), progress=lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
+    print(json.dumps(result, indent=1) if args.json else sim_bench.text_report(result))
     return 0
 
 

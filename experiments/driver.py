@@ -46,6 +46,7 @@ def build_document(exp: Experiment, topo: Topology, outcome: RunOutcome) -> Resu
     doc: ResultsDocument = {
         "schema": SCHEMA_VERSION,
         "experiment": exp.name,
+        "engine": outcome.engine,
         "title": exp.title,
         "description": exp.description,
         "topology": {"spec": exp.topology, "name": topo.name, "params": dict(topo.params),
@@ -178,7 +179,7 @@ def check_fits(exp: Experiment, topo: Topology) -> None:
 
 
 def execute(exp: Experiment, topo: Topology, out_root: Path = DEFAULT_OUT, reporter: Reporter | None = None,
-            out_dir: Path | None = None) -> Rendered:
+            out_dir: Path | None = None, engine: str = "live") -> Rendered:
     check_fits(exp, topo)  # before a results directory exists
     if out_dir is None:
         out_dir = records.new_run_dir(out_root, exp.name)
@@ -187,6 +188,11 @@ def execute(exp: Experiment, topo: Topology, out_root: Path = DEFAULT_OUT, repor
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise records.write_error(out_dir, exc) from None
-    outcome = run_experiment(exp, topo, out_dir, reporter)
+    if engine == "sim":
+        from experiments.sim_arm import check_arm
+
+        for arm in exp.arms:  # before a results directory exists
+            check_arm(arm, arm.workload or exp.workload)
+    outcome = run_experiment(exp, topo, out_dir, reporter, engine=engine)
     doc = build_document(exp, topo, outcome)
     return render(doc, out_dir)

@@ -13,7 +13,23 @@ from typing import Any
 
 from transport.core.config import CC_ALGORITHMS
 
-FAULT_KINDS = ("link_down", "link_up", "loss", "rate")
+# What each fault kind does to a fabric, the same call on either engine's (emulator.network's Fabric,
+# emulator.sim.fabric's SimFabric): fault kind -> action(fabric, a, b, value).
+FAULT_ACTIONS: dict[str, Any] = {
+    "link_down": lambda fab, a, b, value: fab.set_link_up(a, b, False),
+    "link_up": lambda fab, a, b, value: fab.set_link_up(a, b, True),
+    "loss": lambda fab, a, b, value: fab.set_loss(a, b, value),
+    "rate": lambda fab, a, b, value: fab.set_rate(a, b, value),
+}
+FAULT_KINDS = tuple(FAULT_ACTIONS)
+
+
+def act(fab: Any, kind: str, a: str, b: str, value: float) -> None:
+    """Do fault `kind` to the link a-b of `fab` (either engine's fabric)."""
+    action = FAULT_ACTIONS.get(kind)
+    if action is None:
+        raise ValueError(f"unknown fault kind {kind!r}; known kinds: {', '.join(FAULT_KINDS)}")
+    action(fab, a, b, value)
 
 
 class DoesNotFit(ValueError):

@@ -187,10 +187,10 @@ def arm_slug(arm: Arm, repetition: int, repetitions: int) -> str:
 
 
 def write_manifest(out_dir: Path, exp: Experiment, topo: Topology, started: float,
-                   finished: float | None = None, complete: bool | None = None) -> Path:
+                   finished: float | None = None, complete: bool | None = None, engine: str = "live") -> Path:
     return atomic_write_json(Path(out_dir) / RUN_FILE, {
         "experiment": exp.to_dict(), "topology": topo.to_dict(), "started": started,
-        "finished": finished, "complete": complete,
+        "finished": finished, "complete": complete, "engine": engine,
     })
 
 
@@ -213,6 +213,7 @@ class RunOutcome:
     finished: float
     flows: dict[str, list[Flow]]  # arm name -> its flows
     bytes_per_flow: dict[str, int]
+    engine: str = "live"  # "live" (the emulator) or "sim" (the simulated engine)
 
 
 def has_records(out_dir: Path) -> bool:
@@ -247,7 +248,8 @@ def load_run(out_dir: Path) -> tuple[Experiment, Topology, RunOutcome]:
             if manifest.get("finished") is None:
                 finished = max(finished or 0.0, float(rec.get("finished") or 0.0))
     complete = bool(manifest.get("complete"))
-    return exp, topo, RunOutcome(raws, complete, started, finished or started, flows, nbytes)
+    engine = str(manifest.get("engine") or "live")
+    return exp, topo, RunOutcome(raws, complete, started, finished or started, flows, nbytes, engine)
 
 
 @contextmanager

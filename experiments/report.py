@@ -78,6 +78,8 @@ def text_table(doc: ResultsDocument) -> str:
 
 
 def fidelity_sentences(doc: ResultsDocument) -> list[str]:
+    if doc.get("engine") == "sim":
+        return simulated_sentences(doc)
     f = doc["fidelity"]
     idle_min, idle_mean = f.get("cpu_idle_min"), f.get("cpu_idle_mean")
     if idle_min is None and not f.get("trusted") and not f.get("reasons"):
@@ -106,6 +108,23 @@ def fidelity_sentences(doc: ResultsDocument) -> list[str]:
     out = [head + " **These numbers cannot be trusted as a model of the fabric**: the emulator itself was a "
            "bottleneck. Run with lower link rates (e.g. `--topo` with a smaller `rate`/`host_rate`) or fewer hosts."]
     out += [f"- {r}" for r in f.get("reasons", [])]
+    return out
+
+
+def simulated_sentences(doc: ResultsDocument) -> list[str]:
+    """What the simulated engine did for each arm: events, packet-hops, virtual and wall time, events/s
+    and peak memory (in place of the live engine's CPU fidelity, which a virtual clock does not need)."""
+    out = []
+    for a in doc["arms"]:
+        s = a.get("sim") or {}
+        if not s:
+            continue
+        rate = f"{s['events_per_s'] / 1e3:.0f} k events/s" if s.get("events_per_s") else "-"
+        out.append(f"Simulated {arm_label(a)}: {s.get('events', 0):,} events, {s.get('packet_hops', 0):,} "
+                   f"packet-hops, {s.get('virtual_s', 0) * 1e3:.3f} ms of virtual time in {s.get('wall_s', 0):.1f} s "
+                   f"({rate}), peak memory {s.get('peak_memory_mb', 0):.0f} MB.")
+    reasons = doc["fidelity"].get("reasons", [])
+    out += [f"- {r}" for r in reasons]
     return out
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from emulator import cpu
 from experiments import arms, records, schema
-from experiments.analysis.fidelity import OVS_CEILING_PPS, fidelity_verdict
+from experiments.analysis.fidelity import OVS_CEILING_PPS, fidelity_verdict, simulated_verdict
 from experiments.analysis.framing import (
     bottleneck_bps,
     ideal_fct,
@@ -173,8 +173,13 @@ def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool)
     entry["vanished_packets"] = vanished
     outside = max(0, ovs_drops - shaped_sw) + socket_drops + (vanished or 0)
     _, _, npkts = window_bytes(samples)
-    fid = fidelity_verdict(idle, links.switch_pps, outside, sum(npkts.values()),
-                           servers_idle=raw.get("server_cpu_idle"), steal=steal)
+    if raw.get("engine") == "sim":
+        fid = simulated_verdict(links.switch_pps, outside, sum(npkts.values()))
+        entry["engine"] = "sim"
+        entry["sim"] = raw.get("sim", {})
+    else:
+        fid = fidelity_verdict(idle, links.switch_pps, outside, sum(npkts.values()),
+                               servers_idle=raw.get("server_cpu_idle"), steal=steal)
     if raw.get("queue_series"):
         q = raw["queue_series"]
         pts = [p for p in q.get("samples", []) if p["t"] >= t0]

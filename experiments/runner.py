@@ -29,7 +29,7 @@ from experiments import arms, records
 from experiments.analysis.links import fabric_hops, window_bytes
 from experiments.analysis.placement import derangement_across, host_rate_mbps
 from experiments.arms import ArmContext, Flow
-from experiments.model import Arm, Experiment, Fault, Workload
+from experiments.model import Arm, Experiment, Fault, Workload, act
 from experiments.records import RunOutcome
 from experiments.schema import RawArm
 from topologies import Link, Topology
@@ -83,17 +83,10 @@ def apply_fault(ctx: ArmContext, fault: Fault, sampler: Sampler) -> None:
     if a == "auto":
         a, b = busiest_fabric_link(ctx.topo, sampler)
     t = time.monotonic()
-    fab = ctx.fab
-    if fault.kind == "link_down":
-        fab.set_link_up(a, b, False)
-    elif fault.kind == "link_up":
-        fab.set_link_up(a, b, True)
-    elif fault.kind == "loss":
-        fab.set_loss(a, b, fault.value)
-    elif fault.kind == "rate":
-        fab.set_rate(a, b, fault.value)
-    else:
-        raise EmulatorError(f"unknown fault kind {fault.kind}")
+    try:
+        act(ctx.fab, fault.kind, a, b, fault.value)
+    except ValueError as exc:
+        raise EmulatorError(str(exc)) from None
     ctx.fault_log.append({"kind": fault.kind, "a": a, "b": b, "value": fault.value, "planned_s": fault.at_s,
                           "at_s": round(t - ctx.t0, 4) if ctx.t0 else 0.0, "t": t})
     log.info("fault: %s %s-%s %s at %.2f s", fault.kind, a, b, fault.value, t - ctx.t0 if ctx.t0 else 0)
@@ -333,8 +326,9 @@ def flow_bytes(w: Workload, topo: Topology, duration: float) -> int:
 
 
 def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Reporter | None = None,
-                   arms: list[Arm] | None = None) -> RunOutcome:
-    """Run every arm (and repetition) in turn; failures are recorded, Ctrl-C stops after teardown.
+                   arms: list[Arm] | None = None, engine: str = "live") -> RunOutcome:
+    """Run every arm (and repetition) in turn on `engine` ("live": a fabric brought up per arm; "sim":
+    the simulated fabric, experiments.sim_arm); failures are recorded, Ctrl-C stops after teardown.
 
     Each arm's record is written to out_dir the moment it finishes (experiments.records), so what
     finished survives whatever happens to the rest of the run.
@@ -346,7 +340,7 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
     raws: list[tuple[Arm, RawArm]] = []
     complete = True
     started = time.time()
-    records.write_manifest(out_dir, exp, topo, started)
+    records.write_manifest(out_dir, exp, topo, started, engine=engine)
     schedule = [(rep, arm) for rep in range(exp.repetitions) for arm in arms]
     reporter.run_started(exp, len(schedule))
     for i, (rep, arm) in enumerate(schedule):
@@ -356,8 +350,14 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
         try:
             # Each repetition gets its own seed: the flows stay, but ECMP sees other entropy values and
             # client ports, so repetitions sample other hash placements.
-            raw = run_arm(exp, arm, topo, flows[arm.name], exp.duration_s, exp.seed + rep, nbytes[arm.name],
-                          raw_dir, reporter)
+            if engine == "sim":
+                from experiments.sim_arm import run_arm_sim
+
+                raw = run_arm_sim(exp, arm, topo, flows[arm.name], exp.duration_s, exp.seed + rep, nbytes[arm.name],
+                                  reporter)
+            else:
+                raw = run_arm(exp, arm, topo, flows[arm.name], exp.duration_s, exp.seed + rep, nbytes[arm.name],
+                              raw_dir, reporter)
             raw["repetition"] = rep
             raw["seed"] = exp.seed + rep
         except (KeyboardInterrupt, Terminated) as exc:
@@ -377,5 +377,5 @@ def run_experiment(exp: Experiment, topo: Topology, out_dir: Path, reporter: Rep
         records.write_arm(out_dir, i, slug, arm, raw, flows[arm.name], nbytes[arm.name])
         reporter.arm_finished(i, arm, raw)
     finished = time.time()
-    records.write_manifest(out_dir, exp, topo, started, finished, complete)
-    return RunOutcome(raws, complete, started, finished, flows, nbytes)
+    records.write_manifest(out_dir, exp, topo, started, finished, complete, engine)
+    return RunOutcome(raws, complete, started, finished, flows, nbytes, engine)

@@ -118,6 +118,9 @@ class ArmResult(_ArmRequired, total=False):
     # Data packets sent and never seen by the receiver beyond what the queues dropped (results.py's
     # vanished_packets); None where it cannot be judged (loss on purpose, unfinished flows).
     vanished_packets: int | None
+    # "sim" on the simulated engine, with its own counters in `sim` (experiments.sim_arm).
+    engine: str
+    sim: dict[str, Any]
     cpu_idle: list[float]
     faults: list[AppliedFault]
     events: Any  # the controller's own event log (GET /events), None when it could not be read
@@ -205,6 +208,8 @@ class ResultsDocument(_DocumentRequired, total=False):
     started: str
     finished: str
     experiment_definition: dict[str, Any]  # Experiment.to_dict()
+    # "live" (the emulator) or "sim" (the simulated engine); a document without it is live.
+    engine: str
 
 
 # --------------------------------------------------------------------------------------------------
@@ -245,6 +250,10 @@ class RawArm(TypedDict, total=False):
     endpoint_errors: list[str]
     events: Any
     endpoints: dict[str, Any]  # file stem -> the endpoint's JSON (transport.core.schema) or ping's text
+    # The simulated engine's arms (experiments.sim_arm): "sim", and its counters (events, packet-hops,
+    # virtual and wall time, events/s, peak memory).
+    engine: str
+    sim: dict[str, Any]
 
 
 def validate(doc: Any) -> list[str]:

@@ -45,7 +45,7 @@ def build() -> Experiment:
 
 def analyse(doc: ResultsDocument, topo: Topology) -> dict[str, Any]:
     pairs = flow_pairs(doc)
-    exp = ecmp_expectation(topo, pairs, trials=2000, seed=doc["seed"])
+    exp = ecmp_expectation(topo, pairs, seed=doc["seed"])
     out: dict[str, Any] = {"ecmp_expectation": exp.to_dict()}
     for a in doc["arms"]:
         if a["mode"] == "ecmp" and not a.get("error"):

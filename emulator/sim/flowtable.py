@@ -1,0 +1,136 @@
+"""The controller's flow tables, executed: where a switch sends a packet under the entries that
+`emulator.controller.rules.compute_rules` gives it.
+
+This is the simulated engine's forwarding. It does not reimplement routing: it runs the very entries
+the controller installs on the live switches (table 0 by destination, the multipath hash into reg0
+and the next-hop set into the metadata, table 1's buckets and spray's EV entries, via-tor's in_port
+entries and hairpins), with the highest-priority match winning as in OpenFlow. Open vSwitch's hash
+is `emulator.controller.ovs_multipath`'s, checked against `ovs-appctl ofproto/trace`, so a flow takes
+the same path here as on the live fabric.
+
+Only IPv4 unicast is asked about (the transport's UDP and the TCP baseline); ARP, IPv6 and the table
+miss are entries that drop or go to the controller, which here means "no output".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from emulator.controller.rules import (
+    ETH_IPV4,
+    IN_PORT,
+    TABLE_FORWARD,
+    TABLE_NEXT_HOP,
+    FlowEntry,
+    GotoTable,
+    MatchValue,
+    Multipath,
+    Output,
+    WriteNextHopSet,
+)
+
+# A header: (source address, destination address, protocol, source port, destination port).
+Key = tuple[str, str, int, int, int]
+IPPROTO_TCP = 6
+IPPROTO_UDP = 17
+
+
+@dataclass
+class _Packet:
+    key: Key
+    in_port: int
+    metadata: int = 0
+    reg0: int | None = None
+    multipath: Multipath | None = None  # reg0 is hashed when a match first needs it
+
+    def field(self, name: str) -> int | str | None:
+        src, dst, proto, sport, dport = self.key
+        if name == "eth_type":
+            return ETH_IPV4
+        if name == "ipv4_dst":
+            return dst
+        if name == "ipv4_src":
+            return src
+        if name == "in_port":
+            return self.in_port
+        if name == "ip_proto":
+            return proto
+        if name in ("udp_src", "tcp_src"):
+            return sport if proto == (IPPROTO_UDP if name == "udp_src" else IPPROTO_TCP) else None
+        if name in ("udp_dst", "tcp_dst"):
+            return dport if proto == (IPPROTO_UDP if name == "udp_dst" else IPPROTO_TCP) else None
+        if name == "metadata":
+            return self.metadata
+        if name == "reg0":
+            if self.reg0 is None and self.multipath is not None:
+                self.reg0 = self.multipath.link(src, dst, proto, sport, dport)
+            return self.reg0
+        raise KeyError(name)
+
+
+def _matches(entry: FlowEntry, pkt: _Packet) -> bool:
+    for name, want in entry.match:
+        have = pkt.field(name)
+        if have is None:
+            return False
+        if isinstance(want, tuple):
+            value, mask = want
+            if not isinstance(have, int) or have & mask != value & mask:
+                return False
+        elif have != want:
+            return False
+    return True
+
+
+class FlowTables:
+    """One switch's entries, indexed: table 0 by destination address, table 1 by next-hop set."""
+
+    def __init__(self, entries: Iterable[FlowEntry]) -> None:
+        self.by_dst: dict[MatchValue, list[FlowEntry]] = {}
+        self.by_set: dict[MatchValue, list[FlowEntry]] = {}
+        self.other: dict[int, list[FlowEntry]] = {TABLE_FORWARD: [], TABLE_NEXT_HOP: []}
+        for e in entries:
+            m = e.match_dict()
+            if e.table == TABLE_FORWARD and "ipv4_dst" in m:
+                self.by_dst.setdefault(m["ipv4_dst"], []).append(e)
+            elif e.table == TABLE_NEXT_HOP and "metadata" in m:
+                self.by_set.setdefault(m["metadata"], []).append(e)
+            else:
+                self.other.setdefault(e.table, []).append(e)
+        for table in (self.by_dst, self.by_set, self.other):
+            for rows in table.values():
+                rows.sort(key=lambda e: -e.priority)
+
+    def _lookup(self, table: int, pkt: _Packet) -> FlowEntry | None:
+        rows = self.by_dst.get(pkt.key[1], []) if table == TABLE_FORWARD else self.by_set.get(pkt.metadata, [])
+        best = next((e for e in rows if _matches(e, pkt)), None)
+        other = next((e for e in self.other.get(table, []) if _matches(e, pkt)), None)
+        if best is None or (other is not None and other.priority > best.priority):
+            return other
+        return best
+
+    def output(self, key: Key, in_port: int) -> int | None:
+        """The port a packet with header `key` that came in on `in_port` leaves by; None: dropped."""
+        pkt = _Packet(key, in_port)
+        table = TABLE_FORWARD
+        for _ in range(4):  # table 0, then at most table 1
+            entry = self._lookup(table, pkt)
+            if entry is None or not entry.actions:
+                return None
+            goto = None
+            for action in entry.actions:
+                if isinstance(action, Output):
+                    if action.port == IN_PORT:
+                        return in_port
+                    return action.port if isinstance(action.port, int) else None
+                if isinstance(action, Multipath):
+                    pkt.multipath, pkt.reg0 = action, None
+                elif isinstance(action, WriteNextHopSet):
+                    pkt.metadata = action.set_id
+                elif isinstance(action, GotoTable):
+                    goto = action.table
+            if goto is None:
+                return None
+            table = goto
+        return None
