@@ -9,15 +9,16 @@ from __future__ import annotations
 import gc
 import random
 import tracemalloc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from tests.transport.attacks.scenarios import feed as _feed
+from tests.transport.attacks.scenarios import receiver as _receiver
 from transport.core import wire
 from transport.core.config import TransportConfig
 from transport.core.connection import Connection, MessageReceived
-from transport.io.receiver import Receiver
 
 
 def _held_bytes(attack: Callable[[], Any]) -> tuple[int, Any]:
@@ -31,41 +32,6 @@ def _held_bytes(attack: Callable[[], Any]) -> tuple[int, Any]:
         return tracemalloc.get_traced_memory()[0] - before, result
     finally:
         tracemalloc.stop()
-
-
-class _Socket:
-    """What the receiver's loop turn sends through: records (datagram, destination)."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes, tuple[Any, ...]]] = []
-
-    def sendto(self, data: bytes, addr: tuple[Any, ...]) -> int:
-        self.sent.append((data, addr))
-        return len(data)
-
-    def getsockname(self) -> tuple[str, int]:
-        return "127.0.0.1", 7471
-
-
-def _receiver(config: TransportConfig | None = None) -> Receiver:
-    """A Receiver driven by hand: datagrams go in through ``_feed``, turns run at a virtual time."""
-    r = Receiver(config or TransportConfig())
-    r.sock = _Socket()  # type: ignore[assignment]
-    return r
-
-
-def _feed(r: Receiver, datagrams: Iterable[tuple[bytes, tuple[Any, ...]]], now: float) -> None:
-    """Hand ``datagrams`` (data, source address) to the receiver as its socket would, a batch per turn."""
-    it = iter(datagrams)
-
-    def recvfrom(_size: int) -> tuple[bytes, tuple[Any, ...]]:
-        try:
-            return next(it)
-        except StopIteration:
-            raise BlockingIOError from None
-
-    while r._drain(recvfrom, now):
-        r._turn(now)
 
 
 def _first_fragment(cid: int, psn: int, msg_id: int, count: int) -> bytes:

@@ -35,33 +35,41 @@ def _messages(total: int, size: int = 65536) -> list[bytes]:
 # ---------------------------------------------------------------------------------------------- CREDIT
 
 
-def forged_credit(forge: bool = True, total: int = 4 << 20) -> dict[str, Any]:
-    """A credit sender moving ``total`` bytes over one path with a 64-packet queue; with ``forge``,
-    one forged CREDIT claiming a limit of 2^31 - 1 PSNs arrives 2 ms in. Queue drops and the
-    duration are the cost."""
-    config = TransportConfig(**_CREDIT)
-    net = SimNetwork([PathSpec(rate_bps=100e6, queue_packets=64)], seed=1)
-    a, b = Connection(config, 11, seed=1), Connection(config, 11, seed=2)
+def _one_path_transfer(config: TransportConfig, cid: int, total: int, seed: int,
+                       attack: Callable[[Connection, float], None]) -> tuple[float, SimNetwork, Connection, bool]:
+    """``total`` bytes from A to B over one 100 Mb/s path with a 64-packet queue, ``attack(a, now)``
+    called every turn; returns the end time, the network, the sender and whether all was delivered."""
+    net = SimNetwork([PathSpec(rate_bps=100e6, queue_packets=64)], seed=seed)
+    a, b = Connection(config, cid, seed=1), Connection(config, cid, seed=2)
     msgs = _messages(total)
     for m in msgs:
         a.send_message(m, 0.0)
     delivered = [0]
-    forged = [not forge]
 
     def on_event(side: int, event: object, now: float) -> None:
         if side == 1 and isinstance(event, MessageReceived):
             delivered[0] += 1
 
-    def check(now: float) -> None:
+    end = drive((a, b), [(net, 0, 1)], done=lambda: delivered[0] == len(msgs) and a.idle, time_limit=30.0,
+                on_event=on_event, check=lambda now: attack(a, now))
+    return end, net, a, delivered[0] == len(msgs)
+
+
+def forged_credit(forge: bool = True, total: int = 4 << 20) -> dict[str, Any]:
+    """A credit sender moving ``total`` bytes over one path with a 64-packet queue; with ``forge``,
+    one forged CREDIT claiming a limit of 2^31 - 1 PSNs arrives 2 ms in. Queue drops and the
+    duration are the cost."""
+    forged = [not forge]
+
+    def attack(a: Connection, now: float) -> None:
         if not forged[0] and now >= 0.002:
             forged[0] = True
             a.receive_datagram(wire.pack_ctrl(wire.TYPE_CREDIT, 0, 0, 11, 0x7FFFFFFF), now)
 
-    end = drive((a, b), [(net, 0, 1)], done=lambda: delivered[0] == len(msgs) and a.idle, time_limit=30.0,
-                on_event=on_event, check=check)
+    end, net, a, delivered = _one_path_transfer(TransportConfig(**_CREDIT), 11, total, 1, attack)  # type: ignore[arg-type]
     link = net.link_stats()
     return {"duration_s": round(end, 4), "queue_drops": sum(s["a_to_b"]["queue_drops"] for s in link),
-            "retransmissions": a.stats.retransmissions, "delivered": delivered[0] == len(msgs)}
+            "retransmissions": a.stats.retransmissions, "delivered": delivered}
 
 
 def phantom_credit(phantoms: int = 10, total: int = 2 << 20) -> dict[str, Any]:
@@ -112,30 +120,19 @@ def forged_nak(forge: bool = True, total: int = 1 << 20, every: float = 0.001) -
     """A go-back-N transfer of ``total`` bytes on one path; with ``forge``, every ``every`` seconds a
     forged NAK naming the sender's oldest unacknowledged PSN (what an attacker watching the flow, or
     guessing it, would name) and the PSN after it."""
-    config = TransportConfig(recovery="gobackn", path_policy="single")
-    net = SimNetwork([PathSpec(rate_bps=100e6, queue_packets=64)], seed=4)
-    a, b = Connection(config, 21, seed=1), Connection(config, 21, seed=2)
-    msgs = _messages(total)
-    for m in msgs:
-        a.send_message(m, 0.0)
-    delivered = [0]
     last = [0.0]
 
-    def on_event(side: int, event: object, now: float) -> None:
-        if side == 1 and isinstance(event, MessageReceived):
-            delivered[0] += 1
-
-    def check(now: float) -> None:
+    def attack(a: Connection, now: float) -> None:
         if forge and now - last[0] >= every:
             last[0] = now
             una = a._recovery.una
             a.receive_datagram(wire.pack_ack(wire.FLAG_NAK, 0, 21, una & wire.PSN_MASK, 0, 0,
                                              (una + 1) & wire.PSN_MASK, 0, 0, 1 << 16), now)
 
-    end = drive((a, b), [(net, 0, 1)], done=lambda: delivered[0] == len(msgs) and a.idle, time_limit=30.0,
-                on_event=on_event, check=check)
+    config = TransportConfig(recovery="gobackn", path_policy="single")
+    end, _, a, delivered = _one_path_transfer(config, 21, total, 4, attack)
     return {"duration_s": round(end, 4), "packets_sent": a.stats.packets_sent,
-            "rewinds": a.stats.gobackn_rewinds, "delivered": delivered[0] == len(msgs)}
+            "rewinds": a.stats.gobackn_rewinds, "delivered": delivered}
 
 
 # ---------------------------------------------------------------------------------------------- receiver
