@@ -54,7 +54,10 @@ The rules, all here:
   connections opened by two forged datagrams each (a first fragment and a REQUEST for 2^30 PSNs)
   once took their share of every round for good: two genuine 2 MiB flows took 2.16 s instead of
   0.36 s. Now each holds credit for one write-off period, and again only for each DATA packet
-  accepted from it, as any sender would.
+  accepted from it, as any sender would. A genuine sender goes dormant too when its first grants
+  are written off before it used them (its DATA or the CREDIT lost), and wakes with its next DATA
+  packet: in simulated incasts into 4-6 packet queues that moved the slowest flow's completion by
+  -0.3 % to +0.4 % (and 276 retransmissions to 187 in one), none at all without drops.
 * Path: credit is blind to EVs, so it works alike with spraying and a single path; CREDIT and
   REQUEST go on the EV of the latest DATA packet (the sender's last path, which the receiver's
   endpoint knows the address of).
