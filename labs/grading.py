@@ -40,6 +40,8 @@ class Check:
     name: str
     passed: bool
     reason: str
+    # Passed, but close to failing: printed as WARN, so the student sees it before it becomes a FAIL.
+    warning: bool = False
 
 
 def passed(name: str, reason: str) -> Check:
@@ -274,11 +276,12 @@ def _where(exc: BaseException) -> str:
 
 
 def render(checks: Iterable[Check]) -> tuple[str, int]:
-    """One line per check, then the verdict; exit code 0 when every check passed, 1 otherwise."""
+    """One line per check, then the verdict; exit code 0 when every check passed (a warning passes), 1
+    otherwise."""
     checks = list(checks)
     if not checks:
         return "FAIL: the checker found nothing to grade", 1
-    lines = [f"{'PASS' if c.passed else 'FAIL'}  {c.name}: {c.reason}" for c in checks]
+    lines = [f"{('WARN' if c.warning else 'PASS') if c.passed else 'FAIL'}  {c.name}: {c.reason}" for c in checks]
     bad = sum(not c.passed for c in checks)
     lines.append(f"\n{'PASS' if not bad else 'FAIL'}: {len(checks) - bad} of {len(checks)} checks passed")
     return "\n".join(lines), 0 if not bad else 1

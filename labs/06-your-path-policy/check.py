@@ -1,16 +1,18 @@
 """Lab 6 checker: your path policy against the built-in single, spray and adaptive.
 
-On a folder of code (the lab's starter/ or solution/, or your copy) it loads my_policy.py:MyPolicy
-through the transport's plug-in loader, calls every method directly (conformance: every EV, every
-`avoid`, a timeout on an EV never acknowledged, state() as JSON), then runs it in the simulated
-network (transport.sim.policy_trial.GRADING) beside the three built-ins on the same paths and seeds: the
-busiest path cut, or slowed to a quarter of its rate, early, midway or late, on four paths or eight,
-with three seeds, and two controls without a fault. For each fault it grades goodput, tail (p99)
-message completion time, counting messages unfinished at the end at their age then, failover
-(goodput kept after the fault) and a recovery that lasts to the end; for the controls, goodput. Each
-is against the best built-in in that very trial — no built-in is best in all — and must hold in every
-trial of its kind. Any fault the guard recorded (an exception, a bad EV, too slow) fails. No root,
-about 10 s.
+On a folder of code (the lab's starter/ or solution/, or your copy) it runs my_policy.py:MyPolicy in a
+process of its own (labs/policy_process.py), which holds nothing but the policy and what its methods are
+given, so the policy can learn about the paths only from its feedback. It calls every method directly
+(conformance: every EV, every `avoid`, a timeout on an EV never acknowledged, state() as JSON), then
+runs it in the simulated network (transport.sim.policy_trial.GRADING) beside the three built-ins on the
+same paths and seeds: the busiest path cut, or slowed to a quarter of its rate, early, midway or late,
+on four paths or eight, with three seeds, and two controls without a fault. For each fault it grades
+goodput, tail (p99) message completion time, counting messages unfinished at the end at their age then,
+failover (goodput kept after the fault) and a recovery that lasts to the end; for the controls, goodput.
+Each is against the best built-in in that very trial — no built-in is best in all — and must hold in
+every trial of its kind. Any fault the guard recorded (an exception, a bad EV, too slow) fails, and so
+does one conformance found. The guard times the policy in its process's CPU time, not the wall clock,
+and the CPU per call is graded too, with a warning band below the failing one. No root, about 20 s.
 
 On a results directory of `fabriclab run hot-link --path-policy DIR/my_policy.py:MyPolicy` it grades
 the arm that ran your policy against the experiment's own arms the same way, with wider margins: one
@@ -19,14 +21,17 @@ run on a real, shared machine is noisier than the simulator.
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from experiments.scenarios import hot_link
-from labs import grading
+from labs import grading, policy_process
 from labs.catalogue import LabError
 from transport.core.paths import is_plugin
-from transport.core.policy_plugin import PolicySpecError, check_spec
+from transport.core.policy_plugin import MEAN_BUDGET_S, GuardedPolicy, PolicySpecError, check_spec
 from transport.sim.policy_trial import BUILTINS, GRADING, Case, TrialResult, builtin_trial, conformance, run_trial
 
 FILE, CLASS = "my_policy.py", "MyPolicy"
@@ -40,6 +45,8 @@ KEPT_OF_BEST = 0.75
 # Live fabric (one run, a shared machine): wider.
 LIVE_GOODPUT_OF_BEST = 0.75
 LIVE_TAIL_OF_BEST = 2.0
+# CPU per call: a warning from this share of the transport's budget (MEAN_BUDGET_S), a failure above it.
+CPU_WARN_OF_BUDGET = 0.25
 
 
 def check(target: Path) -> list[grading.Check]:
@@ -108,18 +115,45 @@ def _versus(name: str, mine: float | None, refs: dict[str, float | None], factor
 # ---- a folder of code: the simulated network --------------------------------------------------------
 
 
+@contextmanager
+def _cpu_timed() -> Iterator[None]:
+    """The transport's guard timing the policy by the CPU time its process spent in each call, not by
+    the wall clock: the verdict on a slow policy must not depend on how busy the machine is."""
+    defaults = GuardedPolicy.__init__.__kwdefaults__
+    saved = defaults["timer"]
+    defaults["timer"] = policy_process.cpu_clock
+    try:
+        yield
+    finally:
+        defaults["timer"] = saved
+
+
 def check_code(folder: Path) -> list[grading.Check]:
     path = folder / FILE
     if not path.is_file():
         return [grading.failed(f"load {FILE}", f"{path} does not exist; copy the lab's starter/ and edit it there")]
     try:
-        spec = check_spec(f"{path.resolve()}:{CLASS}")
+        with policy_process.serving(path.resolve(), CLASS) as child, tempfile.TemporaryDirectory() as tmp:
+            # What the transport loads: a stand-in that passes every call to the policy's own process.
+            stand_in = Path(tmp) / FILE
+            stand_in.write_text(f"from labs.policy_process import stand_in\n\n{CLASS} = stand_in({CLASS!r})\n")
+            with _cpu_timed():
+                return _check_in_process(f"{stand_in}:{CLASS}", child)
+    except policy_process.PolicyProcessError as exc:
+        return [grading.failed(f"load {FILE}", str(exc))]
+
+
+def _check_in_process(spec: str, child: Any) -> list[grading.Check]:
+    try:
+        spec = check_spec(spec)
     except PolicySpecError as exc:
         return [grading.failed(f"load {FILE}", str(exc))]
-    checks = [grading.passed(f"load {FILE}", f"{CLASS} has every method of a path policy")]
-    checks += [grading.Check(f"conformance: {c.name}", c.problem is None, f"{c.what}: {c.problem or 'fine'}")
+    checks = [grading.passed(f"load {FILE}", f"{CLASS} has every method of a path policy (run in a process of "
+                             "its own, which holds only what its methods are given)")]
+    conform = [grading.Check(f"conformance: {c.name}", c.problem is None, f"{c.what}: {c.problem or 'fine'}")
                for c in conformance(spec)]
-    busy_us, faults = 0.0, []
+    checks += conform
+    faults = []
     for kind in _kinds():
         cases = [c for c in GRADING if c.scenario.fault == kind]
         mine: dict[Case, TrialResult] = {}
@@ -129,17 +163,32 @@ def check_code(folder: Path) -> list[grading.Check]:
                 # The guard stopped the trial at the fault: what came after is not the student's.
                 faults.append(f"{case.label} ({case.scenario.describe()}): {result.fault}; the trial stopped there")
                 break
-            busy_us = max(busy_us, result.mean_call_us or 0.0)
             mine[case] = result
         if len(mine) < len(cases):
             checks.append(grading.failed(f"{_title(kind)}: policy fault", f"{faults[-1]}, so there is nothing of "
                                          "yours to grade in these trials"))
             continue
         checks += _graded(kind, mine)
-    if not faults:
-        checks.append(grading.passed("no policy fault", f"{CLASS} never raised, always returned a valid EV and "
-                                     f"took {busy_us:.1f} µs per call on average"))
+    conform_bad = [c.name.removeprefix("conformance: ") for c in conform if not c.passed]
+    if conform_bad:
+        # The trials may not have called what conformance found broken: that is no clean bill.
+        checks.append(grading.failed("no policy fault", f"the trials met none, but conformance did: "
+                                     f"{', '.join(conform_bad)} (above)"))
+    elif not faults:
+        checks.append(grading.passed("no policy fault", f"{CLASS} never raised and always returned a valid EV"))
+    checks.append(_cpu(child.cpu_s, child.calls))
     return checks
+
+
+def _cpu(cpu_s: float, calls: int) -> grading.Check:
+    """CPU time per call against the guard's budget, with a warning band below it."""
+    mean_us = 1e6 * cpu_s / calls if calls else 0.0
+    budget_us, warn_us = 1e6 * MEAN_BUDGET_S, 1e6 * MEAN_BUDGET_S * CPU_WARN_OF_BUDGET
+    what = (f"{mean_us:.1f} µs of CPU per call on average over {calls} calls (the built-ins take about 1 µs; "
+            f"warning from {warn_us:.0f} µs, failing at {budget_us:.0f} µs)")
+    if mean_us > budget_us:
+        return grading.failed("CPU per call", what)
+    return grading.Check("CPU per call", True, what, warning=mean_us >= warn_us)
 
 
 def _kinds() -> list[str]:

@@ -1,14 +1,17 @@
-"""Lab 6's grader on code: policies that once passed it by knowing the test, or by failing where no
-trial looked, now fail the named checks, while the lab's solution still passes every check."""
+"""Lab 6's grader on code: policies that once passed it by knowing the test, by reading the simulated
+network off the call stack, by failing where no trial looked, or by spinning on the CPU, now fail the
+named checks, while the lab's solution still passes every check."""
 
 from __future__ import annotations
 
+import os
+import random
 import shutil
 from pathlib import Path
 
 import pytest
 
-from labs import catalogue
+from labs import catalogue, grading, policy_process
 from labs.catalogue import load_checker
 
 CHEATS = Path(__file__).resolve().parent / "lab06_cheats"
@@ -19,6 +22,8 @@ def grade(tmp_path: Path, cheat: str) -> dict[str, bool]:
     folder = tmp_path / cheat
     folder.mkdir()
     shutil.copy(CHEATS / f"{cheat}.py", folder / "my_policy.py")
+    # A cheat built on the solution finds it beside itself, as a student's copy would.
+    shutil.copy(LAB6.path / "solution" / "my_policy.py", folder / "solution_policy.py")
     return {c.name: c.passed for c in load_checker(LAB6).check(folder)}
 
 
@@ -26,8 +31,13 @@ def grade(tmp_path: Path, cheat: str) -> dict[str, bool]:
     # Ignores feedback, skips EVs 0 mod 4 from 1 s: passed 8/8 when the trial always cut path 0 at 1 s.
     ("skips_evs", {"no fault: goodput", "cut: failover", "cut: recovery", "slow: failover", "slow: recovery",
                    "conformance: avoid"}),
-    # The solution with an on_timeout that raises: passed 8/8, as no trial ever called on_timeout.
-    ("raises_on_timeout", {"conformance: on_timeout"}),
+    # The solution with an on_timeout that raises: passed 8/8, as no trial ever called on_timeout; later
+    # its conformance failure stood beside "PASS no policy fault: never raised".
+    ("raises_on_timeout", {"conformance: on_timeout", "no policy fault"}),
+    # No feedback at all, the paths read off the grader's call stack: passed 17/17 in the grader's process.
+    ("reads_the_stack", {"slow: goodput", "slow: failover", "slow: recovery"}),
+    # 1 ms of CPU per next_ev: a fault by CPU time, whatever the machine's load.
+    ("busy_waits", {"cut: policy fault", "slow: policy fault", "no fault: policy fault", "CPU per call"}),
     # The solution until 1.35 s, then everything on a cut path: its tail was "38 ms", finished messages only.
     ("stalls", {"cut: tail", "cut: recovery", "slow: tail"}),
 ])
@@ -61,3 +71,35 @@ def test_a_policy_fault_stops_the_trial_and_says_so():
     checks = {c.name: c for c in load_checker(LAB6).check(LAB6.path / "starter")}
     fault = checks["cut: policy fault"]
     assert not fault.passed and "the trial stopped there" in fault.reason and "went on with spray" not in fault.reason
+
+
+def test_cpu_per_call_warns_before_it_fails():
+    check = load_checker(LAB6)
+    calm, close, over = check._cpu(0.004, 1000), check._cpu(0.1, 1000), check._cpu(0.3, 1000)
+    assert calm.passed and not calm.warning
+    assert close.passed and close.warning and "100.0 µs of CPU per call" in close.reason
+    assert not over.passed and "failing at 200 µs" in over.reason
+    text, code = grading.render([close])
+    assert code == 0 and text.startswith("WARN  CPU per call")
+
+
+def test_the_policy_runs_in_a_process_of_its_own(tmp_path):
+    """What the policy's methods see of the world is their arguments: not the grader's frames."""
+    (tmp_path / "my_policy.py").write_text(
+        "import os, sys\n\n"
+        "class MyPolicy:\n"
+        "    def __init__(self, num_evs, rng):\n        self.n = num_evs\n"
+        "    def next_ev(self, now, avoid=None):\n"
+        "        f, depth = sys._getframe(), 0\n"
+        "        while f is not None:\n            depth, f = depth + 1, f.f_back\n"
+        "        return depth\n"
+        "    def on_ack(self, ev, rtt, now): pass\n    def on_loss(self, ev, now): pass\n"
+        "    def on_timeout(self, ev, now): pass\n"
+        "    def state(self): return {'pid': os.getpid(), 'sim': 'transport.sim.simnet' in sys.modules}\n")
+    with policy_process.serving(tmp_path / "my_policy.py", "MyPolicy"):
+        cls = policy_process.stand_in("MyPolicy")
+        policy = cls(16, random.Random(1))
+        assert cls.__name__ == "MyPolicy" and not hasattr(policy, "on_suspect")
+        state = policy.state()
+        assert state["pid"] != os.getpid() and state["sim"] is False
+        assert policy.next_ev(0.0) < 6  # the child's own few frames, none of the grader's
