@@ -3,12 +3,14 @@ state an old incarnation left behind.
 
 With one id for a pair agreed from the seed, a rank that restarted sent its first messages at PSN 0
 to a neighbour still expecting where the old one left off: they were acknowledged as duplicates and
-never delivered (10 messages reported acknowledged, none delivered), or the stream stalled. So each
-start draws its sending side's id at random (``fresh_connection_id``), and the receiving side takes
-the id of the first checked DATA packet from the peer it expects (``PeerIncarnation``); a later DATA
-packet from that peer under another id is a restart, which the worker reports as an error rather
-than mixing the two incarnations' streams. Neither side's loss is silent: the restarted sender is
-never acknowledged, and the survivor says what happened.
+never delivered (5 of 10 messages reported acknowledged, none delivered), or the stream stalled. So
+each start draws its sending side's id at random (``fresh_connection_id``), and the receiving side
+takes the id of the first checked DATA packet of message 0 from the peer it expects
+(``PeerIncarnation``): every incarnation's stream starts there, and a straggler of an earlier run
+(a later message) is only a foreign datagram. A later DATA of message 0 from that peer under another
+id is a restart, which the worker reports as an error rather than mixing the two incarnations'
+streams. Neither side's loss is silent: the restarted sender is never acknowledged, and the survivor
+says what happened.
 """
 
 from __future__ import annotations
@@ -40,15 +42,15 @@ class PeerIncarnation:
 
     def adopt(self, data: bytes, addr: tuple[Any, ...]) -> bool:
         """Whether ``data`` (from ``addr``, not under the adopted id) makes its id the peer's: only a
-        DATA packet that decodes and passes its CRC, from the peer's host, and only the first. Raises
-        PeerRestarted for such a packet under another id once one is adopted."""
+        DATA packet of message 0 that decodes and passes its CRC, from the peer's host, and only the
+        first. Raises PeerRestarted for such a packet under another id once one is adopted."""
         if addr[0] != self.host or len(data) <= wire.TYPE_OFFSET or data[wire.TYPE_OFFSET] != wire.TYPE_DATA:
             return False
         try:
             packet = wire.decode(data)
         except Exception:  # any decoding failure: not a packet of ours
             return False
-        if not isinstance(packet, wire.DataPacket):
+        if not isinstance(packet, wire.DataPacket) or packet.msg_id != 0:
             return False
         if self.connection_id is not None:
             raise PeerRestarted(

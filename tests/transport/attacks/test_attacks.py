@@ -167,5 +167,8 @@ def test_the_ring_worker_adopts_its_left_neighbours_id_and_reports_a_restart() -
     assert w.recv_conn.connection_id == left.connection_id and w.recv_pump.conn is w.recv_conn
     restarted = Connection(TransportConfig(), left.connection_id ^ 1, seed=5)
     restarted.send_message(b"y" * 8, 0.0)
+    restarted.send_message(b"z" * 8, 0.0)
+    first, second = (d for d, _ in restarted.datagrams_to_send(0.0)[:2])
+    assert not w._adopt(second, ("127.0.0.1", 40001))  # message 1 under another id: a straggler, foreign
     with pytest.raises(AllReduceError, match="restarted"):
-        w._adopt(restarted.datagrams_to_send(0.0)[0][0], ("127.0.0.1", 40001))
+        w._adopt(first, ("127.0.0.1", 40001))  # message 0 under another id: a new incarnation
