@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from transport.collective.api import CollectiveRank, expected_from_seed, pair_connections
+from transport.collective.api import CollectiveRank, expected_from_seed
 from transport.collective.base import DTYPE, Phase
 from transport.collective.plan import build_plan, make_int_input
 from transport.collective.report import Row, bound
@@ -36,6 +36,7 @@ from transport.core.schema import CollectiveMetrics
 from transport.io.allreduce import AllReduceError, RankLoop, WorkerOptions, bind_listen, bind_source, summary
 from transport.io.endpoint import resolve
 from transport.io.eventloop import SocketSender, read_batch
+from transport.io.incarnation import TAG_BITS, PeerIncarnation, PeerRestarted, tagged_connection_ids
 
 
 class UdpCollectiveWorker(RankLoop):
@@ -58,15 +59,21 @@ class UdpCollectiveWorker(RankLoop):
         edges = self.plan.edges()
         self.sends: dict[int, Connection] = {}
         self.recvs: dict[int, Connection] = {}
-        for src, dst in sorted(edges):
-            if src == r:
-                self.sends[dst] = pair_connections(opts.config, self.plan, r, dst, opts.seed)[0]
-            if dst == r:
-                self.recvs[src] = pair_connections(opts.config, self.plan, src, r, opts.seed)[1]
+        # Each start sends under fresh ids tagged with this rank, and takes each source's id from its
+        # first DATA (transport/io/incarnation.py): a restarted rank is never matched to the state
+        # its old self left at a peer. Until then a source's connection is a placeholder.
+        dsts = sorted(dst for src, dst in edges if src == r)
+        self._recv_seed: dict[int, int] = {}
+        for dst, cid in zip(dsts, tagged_connection_ids(r, len(dsts)), strict=True):
+            self.sends[dst] = Connection(opts.config, cid, seed=self._pair_seed(r, dst))
+        for src in sorted(src for src, dst in edges if dst == r):
+            self._recv_seed[src] = self._pair_seed(src, r) + 1
+            self.recvs[src] = Connection(opts.config, 0, seed=self._recv_seed[src])
+        self._incarnations: dict[int, PeerIncarnation] = {}  # source -> its host's incarnation, from open()
         self._dest: dict[int, Any] = {}  # peer -> its socket address
         self._evaddr: dict[int, dict[int, Any]] = {s: {} for s in self.recvs}  # peer -> EV -> its source
         self._last_addr: dict[int, Any] = {}
-        self._by_cid_recv = {c.connection_id: (s, c) for s, c in self.recvs.items()}
+        self._by_cid_recv: dict[int, tuple[int, Connection]] = {}  # filled by _adopt()
         self._by_cid_send = {c.connection_id: c for c in self.sends.values()}
         self.send_pumps = {d: Pump(c, partial(self._send_data, d), self._on_send_event) for d, c in self.sends.items()}
         self.recv_pumps = {s: Pump(c, partial(self._send_acks, s), self._on_recv_event)
@@ -74,6 +81,32 @@ class UdpCollectiveWorker(RankLoop):
         self.pumps = [*self.send_pumps.values(), *self.recv_pumps.values()]
         self._data_senders: dict[int, SocketSender] = {}
         self._ack_senders: dict[int, SocketSender] = {}
+
+    def _pair_seed(self, src: int, dst: int) -> int:
+        """The seed of the pair src -> dst's sending Connection (its receiving one's is one more)."""
+        return self.opts.seed * 1_000_003 + 2 * (src * self.plan.n_ranks + dst)
+
+    def _adopt(self, data: bytes, addr: tuple[Any, ...]) -> tuple[int, Connection] | None:
+        """The source and connection a DATA under an unknown id opens: its sender's first, under an id
+        tagged with a source of this rank; None for anything else. Another first DATA of a source
+        under another id means it restarted, which ends the run with an error."""
+        src = wire.read_conn_id(data) >> TAG_BITS
+        inc = self._incarnations.get(src)
+        if inc is None:
+            return None
+        try:
+            if not inc.adopt(data, addr):
+                return None
+        except PeerRestarted as exc:
+            self.counters["protocol_errors"] += 1
+            raise AllReduceError(f"rank {self.rank}: source rank {src} at {exc}") from None
+        cid = inc.connection_id
+        assert cid is not None
+        conn = self.recvs[src] = Connection(self.opts.config, cid, seed=self._recv_seed[src])
+        self._by_cid_recv[cid] = src, conn
+        self.recv_pumps[src] = Pump(conn, partial(self._send_acks, src), self._on_recv_event)
+        self.pumps = [*self.send_pumps.values(), *self.recv_pumps.values()]
+        return src, conn
 
     # -- sockets ------------------------------------------------------------------------------------
 
@@ -85,6 +118,7 @@ class UdpCollectiveWorker(RankLoop):
             dfamily, self._dest[d] = resolve(*opts.peers[d])
             if dfamily != family:
                 raise AllReduceError(f"peer {d} {opts.peers[d][0]} is not of rank {self.rank}'s address family")
+        self._incarnations = {src: PeerIncarnation(resolve(*opts.peers[src])[1][0]) for src in self.recvs}
         s = bind_listen(family, opts.bind or host, port, self.rank)
         self._register(s, self._drain_listen)
         self.listen = s
@@ -131,7 +165,7 @@ class UdpCollectiveWorker(RankLoop):
         by_cid = self._by_cid_recv
         for data, addr in batch:
             hit = by_cid.get(wire.read_conn_id(data)) if len(data) >= wire.CONN_ID_OFFSET + 4 else None
-            if hit is None:
+            if hit is None and (len(data) < wire.CONN_ID_OFFSET + 4 or (hit := self._adopt(data, addr)) is None):
                 self.counters["foreign_datagrams"] += 1
                 continue
             src, conn = hit

@@ -21,12 +21,29 @@ from typing import Any
 
 from transport.core import wire
 
-__all__ = ["PeerIncarnation", "PeerRestarted", "fresh_connection_id"]
+__all__ = ["TAG_BITS", "PeerIncarnation", "PeerRestarted", "fresh_connection_id", "tagged_connection_ids"]
+
+# A tagged id (``tagged_connection_ids``) carries its sender's tag (a rank) in its high bits, so that
+# a receiver with several peers on one host knows whose first DATA it is; the low bits are random.
+TAG_BITS = 16
 
 
 def fresh_connection_id() -> int:
     """A random, non-zero 32-bit connection id for this start."""
     return int.from_bytes(os.urandom(4), "big") or 1
+
+
+def tagged_connection_ids(tag: int, count: int) -> list[int]:
+    """``count`` distinct connection ids for this start, each ``tag`` in the high TAG_BITS bits and
+    random low bits (a restart is missed only if it draws the same low bits: once in 65,536)."""
+    if not 0 <= tag < 1 << (32 - TAG_BITS) or count > 1 << TAG_BITS:
+        raise ValueError(f"tag {tag} or count {count} does not fit a tagged connection id")
+    ids: list[int] = []
+    while len(ids) < count:
+        cid = tag << TAG_BITS | int.from_bytes(os.urandom(2), "big")
+        if cid and cid not in ids:
+            ids.append(cid)
+    return ids
 
 
 class PeerRestarted(Exception):

@@ -172,3 +172,25 @@ def test_the_ring_worker_adopts_its_left_neighbours_id_and_reports_a_restart() -
     assert not w._adopt(second, ("127.0.0.1", 40001))  # message 1 under another id: a straggler, foreign
     with pytest.raises(AllReduceError, match="restarted"):
         w._adopt(first, ("127.0.0.1", 40001))  # message 0 under another id: a new incarnation
+
+
+def test_a_plan_collective_worker_adopts_each_sources_id_and_reports_a_restart() -> None:
+    import pytest
+
+    from transport.io.allreduce import AllReduceError, WorkerOptions
+    from transport.io.collective import UdpCollectiveWorker
+    from transport.io.incarnation import TAG_BITS, PeerIncarnation
+
+    peers = [("127.0.0.1", 7000 + r) for r in range(3)]
+    src, dst = (UdpCollectiveWorker(WorkerOptions(rank=r, peers=peers, size=8, collective="all-gather"))
+                for r in (0, 1))
+    assert all(c.connection_id >> TAG_BITS == 0 for c in src.sends.values())  # tagged with their rank
+    dst._incarnations = {s: PeerIncarnation("127.0.0.1") for s in dst.recvs}
+    conn = src.sends[1]
+    conn.send_message(b"x" * 8, 0.0)
+    hit = dst._adopt(conn.datagrams_to_send(0.0)[0][0], ("127.0.0.1", 40000))
+    assert hit is not None and hit[0] == 0 and dst.recvs[0].connection_id == conn.connection_id
+    restarted = Connection(TransportConfig(), conn.connection_id ^ 1, seed=5)  # same tag, new low bits
+    restarted.send_message(b"y" * 8, 0.0)
+    with pytest.raises(AllReduceError, match=r"source rank 0 .*restarted"):
+        dst._adopt(restarted.datagrams_to_send(0.0)[0][0], ("127.0.0.1", 40001))
