@@ -3,10 +3,16 @@
 ``python -m cli.endpoint train-node --name rank0 --nodes rank0=IP,rank1=IP,...,near0=IP ...``
 (cli/training_node.py) runs the node named; every node of the job gets the same ``--nodes``. The node's
 logic is the same sans-I/O object as in the simulation (transport/sim/trainsim.py): a `TrainingRank`
-or a `StorageHost`. This is its I/O: one transport `Connection` per peer it talks to (both
-directions), a listen socket on its own port for everything peers send, one socket per entropy value
+or a `StorageHost`. This is its I/O: two transport `Connection`s per peer it talks to, one each
+way, a listen socket on its own port for everything peers send, one socket per entropy value
 (bound to ``base_port + EV``, so the fabric hashes or sprays on the source port) for everything it
 sends, and the shared event loop. Datagrams are handed to their connection by connection id.
+
+A node sends under ids drawn on every start and tagged with its index among ``--nodes``
+(transport/io/incarnation.py), and takes each peer's id from that peer's first DATA: with one id per
+pair from the seed, a node that restarted had its first messages acknowledged as duplicates by the
+state its old self left at its peers, and never delivered. A peer's first DATA under another id
+later means it restarted, and ends this node with an error naming it.
 
 A rank stops once the coordinator has ended the job and its last messages are acknowledged; the
 coordinator's storage host stops a little after the end; other storage hosts run until stopped. A
@@ -34,10 +40,11 @@ from transport.core.events import Event
 from transport.core.pump import Pump, earliest
 from transport.io.endpoint import resolve
 from transport.io.eventloop import EventLoop, SendCounters, SocketSender, control_ancillary, read_batch
+from transport.io.incarnation import TAG_BITS, PeerIncarnation, PeerRestarted, tagged_connection_ids
 from transport.training.messages import MessageError
 from transport.training.metrics import rank_report
 from transport.training.rank import TrainingRank
-from transport.training.spec import JobSpec, RankHosts, SpecError, pair_connection_id, rank_name
+from transport.training.spec import JobSpec, RankHosts, SpecError, rank_name
 from transport.training.storage import Coordinator, StorageHost
 
 logger = logging.getLogger(__name__)
@@ -126,17 +133,28 @@ class UdpTrainingNode(EventLoop):
             self.storage = StorageHost(opts.name, coord)
             peers = set(opts.ranks)  # whoever of them uses this host; the others' connections stay idle
         self.peers = sorted(peers)
-        self.conns: dict[str, Connection] = {}
+        self.conns: dict[str, Connection] = {}  # what this node sends to each peer
+        self.recv_conns: dict[str, Connection] = {}  # what each peer sends: a placeholder until _adopt()
         self.pumps: list[Pump] = []
+        self._send_pumps: dict[str, Pump] = {}
+        self._recv_pumps: dict[str, Pump] = {}
         self._by_cid: dict[int, Connection] = {}
         self._peer_addr: dict[str, Any] = {}
         self.sent = SendCounters()
         self.counters = {"datagrams_received": 0, "foreign_datagrams": 0, "message_errors": 0}
-        for i, peer in enumerate(self.peers):
-            cid = pair_connection_id(self.name, peer, opts.seed)
-            conn = Connection(opts.config, cid, seed=opts.seed * 100003 + 7 * i + 1)
+        # Ids drawn on every start, tagged with the sender's index among the nodes (the module's docstring).
+        names = sorted(opts.nodes)
+        self._tagged = {names.index(peer): peer for peer in self.peers}
+        self._incarnations: dict[str, PeerIncarnation] = {}  # from open()
+        self._recv_seed: dict[str, int] = {}
+        ids = tagged_connection_ids(names.index(self.name), len(self.peers))
+        for i, (peer, cid) in enumerate(zip(self.peers, ids, strict=True)):
+            seed = opts.seed * 100003 + 7 * i + 1
+            conn = Connection(opts.config, cid, seed=seed)
             self.conns[peer] = conn
             self._by_cid[cid] = conn
+            self._recv_seed[peer] = seed + 3
+            self.recv_conns[peer] = Connection(opts.config, 0, seed=seed + 3)
         self.listen: socket.socket | None = None
         self.ev_socks: list[socket.socket] = []
         self._control_cmsg: list[tuple[int, int, bytes]] = []
@@ -160,8 +178,11 @@ class UdpTrainingNode(EventLoop):
         for peer in self.peers:
             self._peer_addr[peer] = resolve(*self.opts.nodes[peer])[1]
         for peer in self.peers:
+            self._incarnations[peer] = PeerIncarnation(self._peer_addr[peer][0])
             sender = SocketSender(partial(self._sendto, self._peer_addr[peer]), self.sent)
-            self.pumps.append(Pump(self.conns[peer], sender, partial(self._on_event, peer)))
+            self._send_pumps[peer] = Pump(self.conns[peer], sender, partial(self._on_event, peer))
+            self._recv_pumps[peer] = Pump(self.recv_conns[peer], sender, partial(self._on_event, peer))
+        self.pumps = [*self._send_pumps.values(), *self._recv_pumps.values()]
 
     def _bind(self, family: int, host: str, port: int, what: str) -> socket.socket:
         s = socket.socket(family, socket.SOCK_DGRAM)
@@ -184,8 +205,11 @@ class UdpTrainingNode(EventLoop):
     def _drain_listen(self, now: float) -> int:
         batch, n = read_batch(self.listen.recvfrom, self._recv_size)  # type: ignore[union-attr]
         by_cid = self._by_cid
-        for data, _addr in batch:
-            conn = by_cid.get(wire.read_conn_id(data)) if len(data) >= wire.CONN_ID_OFFSET + 4 else None
+        for data, addr in batch:
+            if len(data) < wire.CONN_ID_OFFSET + 4:
+                conn = None
+            elif (conn := by_cid.get(wire.read_conn_id(data))) is None:
+                conn = self._adopt(data, addr)
             if conn is None:
                 self.counters["foreign_datagrams"] += 1
                 continue
@@ -194,6 +218,28 @@ class UdpTrainingNode(EventLoop):
             self.counters["datagrams_received"] += n
             self._last_rx = now
         return n
+
+    def _adopt(self, data: bytes, addr: tuple[Any, ...]) -> Connection | None:
+        """The connection a DATA under an unknown id opens: a peer's first, under an id tagged with
+        that peer's index; None for anything else. Another first DATA of a peer under another id
+        means it restarted, which ends this node with an error."""
+        peer = self._tagged.get(wire.read_conn_id(data) >> TAG_BITS)
+        inc = self._incarnations.get(peer) if peer is not None else None
+        if inc is None or peer is None:
+            return None
+        try:
+            if not inc.adopt(data, addr):
+                return None
+        except PeerRestarted as exc:
+            raise TrainingNodeError(f"{self.name}: {peer} at {exc}") from None
+        cid = inc.connection_id
+        assert cid is not None
+        conn = self.recv_conns[peer] = self._by_cid[cid] = Connection(self.opts.config, cid,
+                                                                       seed=self._recv_seed[peer])
+        pump = self._recv_pumps.get(peer)
+        if pump is not None:
+            pump.conn = conn  # its pump drives the adopted connection from now on
+        return conn
 
     def _drain_ev(self, sock: socket.socket, now: float) -> int:
         # Nothing is sent to the source ports; what they get is an ICMP error for an earlier send.
@@ -235,7 +281,7 @@ class UdpTrainingNode(EventLoop):
         if self._ended(now):
             if self._ended_at is None:
                 self._ended_at = now
-            idle = all(c.idle for c in self.conns.values())
+            idle = all(c.idle for c in (*self.conns.values(), *self.recv_conns.values()))
             if (idle and now - self._ended_at >= LINGER_S) or now - self._ended_at >= 10 * LINGER_S:
                 self.stop("done")
                 return None

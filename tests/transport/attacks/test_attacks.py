@@ -194,3 +194,24 @@ def test_a_plan_collective_worker_adopts_each_sources_id_and_reports_a_restart()
     restarted.send_message(b"y" * 8, 0.0)
     with pytest.raises(AllReduceError, match=r"source rank 0 .*restarted"):
         dst._adopt(restarted.datagrams_to_send(0.0)[0][0], ("127.0.0.1", 40001))
+
+
+def test_a_training_node_adopts_each_peers_id_and_reports_a_restart() -> None:
+    import pytest
+
+    from transport.io.incarnation import PeerIncarnation
+    from transport.io.training import NodeOptions, TrainingNodeError, UdpTrainingNode
+    from transport.training.spec import RankHosts
+
+    nodes = {"rank0": ("127.0.0.1", 7000), "rank1": ("127.0.0.1", 7001), "near0": ("127.0.0.1", 7002)}
+    hosts = RankHosts(data="near0", checkpoint="near0", coordinator="near0")
+    a, b = (UdpTrainingNode(NodeOptions(name=n, nodes=nodes, hosts=hosts)) for n in ("rank0", "rank1"))
+    b._incarnations = {p: PeerIncarnation("127.0.0.1") for p in b.peers}
+    conn = a.conns["rank1"]
+    conn.send_message(b"x" * 8, 0.0)
+    adopted = b._adopt(conn.datagrams_to_send(0.0)[0][0], ("127.0.0.1", 40000))
+    assert adopted is b.recv_conns["rank0"] and adopted.connection_id == conn.connection_id
+    restarted = Connection(TransportConfig(), conn.connection_id ^ 1, seed=5)
+    restarted.send_message(b"y" * 8, 0.0)
+    with pytest.raises(TrainingNodeError, match=r"rank0 at .*restarted"):
+        b._adopt(restarted.datagrams_to_send(0.0)[0][0], ("127.0.0.1", 40001))
