@@ -284,6 +284,19 @@ class RankLoop(EventLoop):
     def _message_source(self) -> str:
         return ""
 
+    def _adopted_id(self, inc: PeerIncarnation | None, data: bytes, addr: tuple[Any, ...], who: str) -> int | None:
+        """The connection id ``inc`` takes from ``data``, its peer's first DATA (transport/io/incarnation.py),
+        or None; a first DATA under another id once one is taken ends the run with an error naming ``who``."""
+        if inc is None:
+            return None
+        try:
+            if not inc.adopt(data, addr):
+                return None
+        except PeerRestarted as exc:
+            self.counters["protocol_errors"] += 1
+            raise AllReduceError(f"rank {self.rank}: {who} at {exc}") from None
+        return inc.connection_id
+
     def _advance(self, now: float) -> None:
         ready = self.run_state.phase is Phase.READY
         try:
@@ -497,21 +510,11 @@ class UdpRingWorker(RankLoop):
     def _adopt(self, data: bytes, addr: tuple[Any, ...]) -> bool:
         """Take the connection id of the left neighbour's first DATA as its incarnation's; a DATA of
         its under another id later means it restarted, which ends the run with an error."""
-        inc = self._left_incarnation
-        if inc is None:
+        cid = self._adopted_id(self._left_incarnation, data, addr, "the left neighbour")
+        if cid is None:
             return False
-        try:
-            if not inc.adopt(data, addr):
-                return False
-        except PeerRestarted as exc:
-            self.counters["protocol_errors"] += 1
-            raise AllReduceError(f"rank {self.rank}: the left neighbour at {exc}") from None
-        cid = inc.connection_id
-        assert cid is not None
-        self.recv_conn = Connection(self.opts.config, cid, seed=self._recv_seed)
+        self.recv_conn = self.recv_pump.conn = Connection(self.opts.config, cid, seed=self._recv_seed)
         self._recv_cid = cid
-        self.recv_pump = Pump(self.recv_conn, self._send_acks, self._on_recv_event)
-        self.pumps = [self.send_pump, self.recv_pump]
         return True
 
     def _drain_ev(self, sock_recv: Callable[[int], bytes], now: float) -> int:

@@ -36,7 +36,7 @@ from transport.core.schema import CollectiveMetrics
 from transport.io.allreduce import AllReduceError, RankLoop, WorkerOptions, bind_listen, bind_source, summary
 from transport.io.endpoint import resolve
 from transport.io.eventloop import SocketSender, read_batch
-from transport.io.incarnation import TAG_BITS, PeerIncarnation, PeerRestarted, tagged_connection_ids
+from transport.io.incarnation import TAG_BITS, PeerIncarnation, tagged_connection_ids
 
 
 class UdpCollectiveWorker(RankLoop):
@@ -91,21 +91,12 @@ class UdpCollectiveWorker(RankLoop):
         tagged with a source of this rank; None for anything else. Another first DATA of a source
         under another id means it restarted, which ends the run with an error."""
         src = wire.read_conn_id(data) >> TAG_BITS
-        inc = self._incarnations.get(src)
-        if inc is None:
+        cid = self._adopted_id(self._incarnations.get(src), data, addr, f"source rank {src}")
+        if cid is None:
             return None
-        try:
-            if not inc.adopt(data, addr):
-                return None
-        except PeerRestarted as exc:
-            self.counters["protocol_errors"] += 1
-            raise AllReduceError(f"rank {self.rank}: source rank {src} at {exc}") from None
-        cid = inc.connection_id
-        assert cid is not None
-        conn = self.recvs[src] = Connection(self.opts.config, cid, seed=self._recv_seed[src])
+        conn = self.recvs[src] = self.recv_pumps[src].conn = Connection(self.opts.config, cid,
+                                                                          seed=self._recv_seed[src])
         self._by_cid_recv[cid] = src, conn
-        self.recv_pumps[src] = Pump(conn, partial(self._send_acks, src), self._on_recv_event)
-        self.pumps = [*self.send_pumps.values(), *self.recv_pumps.values()]
         return src, conn
 
     # -- sockets ------------------------------------------------------------------------------------
