@@ -313,10 +313,12 @@ class Receiver(EventLoop):
         conn = peer.conn
         held = conn.stats.reassembly_bytes
         if held or conn.sending:
-            # Loss is never silent: what dies with the connection is said.
-            log.warning("connection %#x from %s forgotten after %.3g s of silence with %d bytes undelivered "
-                        "and %d messages of ours unacknowledged", peer.connection_id, peer.host,
-                        self._silence_allowed(peer), held, conn.stats.messages_sent - conn.stats.messages_acked)
+            # Loss is never silent: what dies with the connection is said; as a warning once it had
+            # delivered a message (spoofed first fragments would flood the log with one each).
+            log.log(logging.WARNING if peer.messages else logging.INFO,
+                    "connection %#x from %s forgotten after %.3g s of silence with %d bytes undelivered and %d "
+                    "messages of ours unacknowledged", peer.connection_id, peer.host, self._silence_allowed(peer),
+                    held, conn.stats.messages_sent - conn.stats.messages_acked)
         del self.peers[peer.key]
         if peer.conn.credit_receiver is not None:
             peer.conn.credit_receiver.detach()
