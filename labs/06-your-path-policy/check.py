@@ -170,11 +170,11 @@ def _check_in_process(spec: str, child: Any) -> list[grading.Check]:
             continue
         checks += _graded(kind, mine)
     conform_bad = [c.name.removeprefix("conformance: ") for c in conform if not c.passed]
-    if conform_bad:
+    if conform_bad and not faults:
         # The trials may not have called what conformance found broken: that is no clean bill.
         checks.append(grading.failed("no policy fault", f"the trials met none, but conformance did: "
                                      f"{', '.join(conform_bad)} (above)"))
-    elif not faults:
+    elif not faults and not conform_bad:
         checks.append(grading.passed("no policy fault", f"{CLASS} never raised and always returned a valid EV"))
     checks.append(_cpu(child.cpu_s, child.calls))
     return checks

@@ -86,3 +86,61 @@ def test_lab5_in_server_facts_match_the_experiment():
     text = readme(5)
     assert "at 25 and 5 Mb/s in 9,000-byte frames" in text and "(256 KiB per rank" in text
     assert "GPU link rate (25 Mb/s)" in text and "same 5 Mb/s NIC" in text
+
+
+def test_generated_sample_outputs_and_answer_figures_agree_with_the_shipped_files():
+    """Lab 1's sample output and the answer keys' figures are made by labs/references.py from the
+    reference runs and the checkers' simulated jobs; a block that differs was edited by hand or left
+    behind when a reference was remade."""
+    from labs import references
+
+    docs = {p.name for p in references.documents()}
+    assert "01-ecmp-hot-links.md" in docs and "README.md" in docs
+    blocks = {m.group(2) + " " + m.group(3) for p in references.documents()
+              for m in references.BLOCK.finditer(p.read_text(encoding="utf-8"))}
+    assert {"check 1", "table 3", "retx 3", "model 7", "bench 7", "sentences 7"} <= blocks
+    assert references.stale() == []
+
+
+def test_a_generated_block_edited_by_hand_is_found():
+    from labs import references
+
+    text = "a\n<!-- generated: retx 3 -->\n| made up |\n<!-- end generated -->\nb\n"
+    fresh = references.regenerate(text)
+    assert "| made up |" not in fresh and "| 5 % |" in fresh and fresh.startswith("a\n") and fresh.endswith("b\n")
+
+
+def test_lab4_reference_summary_says_when_the_controller_rerouted():
+    import json
+
+    ref = next((LABS[4].path / "reference").glob("failover/*/results.json"))
+    delay = json.loads(ref.read_text())["extra"]["controller_reaction_s"]
+    summary = (ref.parent / "summary.md").read_text(encoding="utf-8")
+    assert delay == 0.0
+    assert "which it does 1 s after the cut" not in summary and "`--reaction-delay 0`" in summary
+
+
+def test_lab4_states_the_bins_the_recovery_is_read_from():
+    from experiments.arms.base import FINE_BIN
+    from experiments.scenarios.failover import FINE_SMOOTH
+
+    text = readme(4)
+    assert (FINE_BIN, FINE_SMOOTH) == (0.02, 3)
+    assert "in 0.02 s bins, smoothed over three of them (a 60 ms window)" in text
+    assert "0.1 s bins (smoothed over two bins)" not in text
+
+
+def test_lab6_points_at_files_that_exist():
+    import re
+    from pathlib import Path
+
+    repo = Path(LABS[6].path).parents[1]
+    named = set(re.findall(r"`((?:transport|experiments|labs)/[\w/]+\.py)`", readme(6)))
+    assert "transport/core/paths.py" in named
+    assert all((repo / n).is_file() for n in named), [n for n in named if not (repo / n).is_file()]
+
+
+def test_lab3_says_the_check_compares_medians():
+    text = readme(3)
+    assert "go-back-N's slowest messages wait longest" not in text
+    assert "go-back-N's median message waits longer" in text

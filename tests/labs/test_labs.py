@@ -23,15 +23,24 @@ def test_there_are_seven_labs_numbered_in_order():
 @pytest.mark.parametrize("lab", LABS, ids=IDS)
 def test_lab_is_complete(lab):
     text = (lab.path / "README.md").read_text()
-    for section in ("## Background", "## Steps", "## What to observe", "## Questions"):
+    for section in ("## Background", "## Steps", "## What to observe", "## Questions", "## What to hand in"):
         assert section in text, f"{lab.slug}/README.md has no '{section}' section"
+    # Students write their guesses down before they measure: a prediction step before the first command.
+    steps = text.split("## Steps", 1)[1]
+    assert "**Predict first.**" in steps and steps.index("**Predict first.**") < steps.index("```sh")
+    # Every step that brings a fabric up has a way through without root.
+    assert "**Without root.**" in steps
+    if "fabriclab live " in steps:
+        assert "`--fake`" in steps or "live --fake" in steps, f"{lab.slug}: a live-view step without a no-root route"
     assert lab.checker.is_file()
     assert any((lab.path / "starter").glob("*.py")), "starter/ has no code"
     solution = list((lab.path / "solution").glob("*.py"))
     assert solution, "solution/ has no code"
     for f in solution:
         assert "SOLUTION" in f.read_text().split("\n\n", 1)[0], f"{f} does not say it is the answer key"
-    assert (lab.path / "solution" / "ANSWERS.md").is_file(), "the instructor's answers are not in solution/"
+    # The answer key sits outside the lab's folder, which students copy from.
+    assert not (lab.path / "solution" / "ANSWERS.md").exists(), "the instructor's answers are in solution/"
+    assert (catalogue.LABS_DIR / "answers" / f"{lab.slug}.md").is_file(), "no answer key in labs/answers/"
     assert "TODO" in "".join(f.read_text() for f in (lab.path / "starter").glob("*.py"))
 
 
