@@ -30,6 +30,7 @@ from experiments.schema import RawArm
 from experiments.sim_arm import SimUnsupported
 from experiments.traffic import TrafficError
 from topologies import SpecError
+from transport.core.congestion import CONTROLLERS
 
 DEMO_EXPERIMENT = "ecmp-vs-spray"
 
@@ -236,6 +237,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "packets of full-size frames, as the emulator sizes it)")
     p.add_argument("--ecn", type=number_arg(float, "a share of the queue", 0, 1), default=None, metavar="F",
                    help="sim engine: switch ports mark ECN CE from F of their queue (e.g. 0.2; default off)")
+    p.add_argument("--cc", type=_ccs, default=None, metavar="NAME[,NAME...]|all",
+                   help="congestion control of every transport arm (default: each arm's own); uec-validation "
+                   f"takes several, or all, and prints a column each. Controllers: {CONTROLLERS.help()}")
 
 
 class RichReporter(Reporter):
@@ -276,6 +280,8 @@ class RichReporter(Reporter):
 def _run(args: argparse.Namespace) -> int:
     from experiments import catalogue, driver, report
 
+    if args.name == "uec-validation":
+        return _run_uec(args)
     if args.name not in catalogue.CATALOGUE:
         raise ExperimentNotFound(f"no experiment '{args.name}'; choose one of {', '.join(catalogue.CATALOGUE)} "
                                  "(see `fabriclab list`)")
@@ -283,6 +289,8 @@ def _run(args: argparse.Namespace) -> int:
                                getattr(args, "arms", None))
     if getattr(args, "reaction_delay", None) is not None:
         exp.extra["controller_reaction_s"] = args.reaction_delay
+    if getattr(args, "cc", None):
+        exp = _with_cc(exp, args.cc)
     if getattr(args, "traffic", None) is not None:
         from experiments import traffic
 
@@ -327,6 +335,51 @@ def _run(args: argparse.Namespace) -> int:
     if not doc["complete"]:
         print("run interrupted: finished arms kept, marked incomplete", file=sys.stderr)
         return 130
+    return 0
+
+
+def _with_cc(exp: Experiment, ccs: tuple[str, ...]) -> Experiment:
+    """Every transport arm with congestion control `ccs[0]` (one name: several are for uec-validation)."""
+    from dataclasses import replace
+
+    if len(ccs) != 1:
+        raise UsageError(f"--cc {','.join(ccs)}: {exp.name} takes one congestion control; several (or all) are for "
+                         "uec-validation")
+    return replace(exp, arms=[replace(a, sender=replace(a.sender, cc=ccs[0])) if a.kind == "srd" else a
+                              for a in exp.arms])
+
+
+def _run_uec(args: argparse.Namespace) -> int:
+    """`run uec-validation`: the scenarios (or those --arms names) with each --cc, on the simulated engine."""
+    from experiments import records
+    from experiments import uec_validation as uec
+    from transport.core.config import TransportConfig
+
+    if getattr(args, "engine", "live") != "sim":
+        raise UsageError("uec-validation runs at 100 Gb/s on fabrics of up to 1,024 hosts: the simulated engine's "
+                         "scale, not the emulator's; add --engine sim")
+    for option in ("topo", "traffic", "duration", "servers", "repetitions", "path_policy", "queue_bytes", "ecn"):
+        if getattr(args, option, None):
+            raise UsageError(f"--{option.replace('_', '-')} does not apply to uec-validation: its scenarios fix "
+                             "their fabrics, traffic and queues (see `fabriclab list`)")
+    names = tuple(args.arms) if getattr(args, "arms", None) else uec.NAMES
+    unknown = [n for n in names if n not in uec.NAMES]
+    if unknown:
+        raise ArmNotFound(f"uec-validation has no scenario {unknown[0]!r}; its scenarios are {', '.join(uec.NAMES)}")
+    ccs = tuple(args.cc) if getattr(args, "cc", None) else (TransportConfig.cc,)
+    seed = args.seed if args.seed is not None else 1
+    terminate_on_hangup()
+    progress = None if args.no_progress else (lambda s: print(f"  {s} ...", file=sys.stderr, flush=True))
+    doc = uec.run(ccs=ccs, names=names, seed=seed, progress=progress)
+    out_dir = records.new_run_dir(args.out, "uec-validation")
+    text = uec.text_report(doc)
+    records.atomic_write_json(out_dir / records.RESULTS_FILE, doc)
+    (out_dir / "summary.md").write_text(f"# uec-validation\n\n```\n{text}\n```\n")
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    print(text)
+    print(f"\nresults: {out_dir / records.RESULTS_FILE}\nsummary: {out_dir / 'summary.md'}")
     return 0
 
 
@@ -406,6 +459,14 @@ def cmd_bench_endpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ccs(text: str) -> tuple[str, ...]:
+    names = CONTROLLERS.names() if text == "all" else tuple(x for x in text.split(",") if x)
+    unknown = [n for n in names if n not in CONTROLLERS.names()]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: give controllers from {', '.join(CONTROLLERS.names())}, or all")
+    return names
+
+
 def _k_list(text: str) -> tuple[int, ...]:
     try:
         ks = tuple(int(x) for x in text.split(","))
@@ -444,12 +505,18 @@ def cmd_list(args: argparse.Namespace) -> int:
         exp = entry.build()
         rows.append({"name": name, "summary": entry.summary, "topology": exp.topology,
                      "duration_s": exp.duration_s, "arms": [a.name for a in exp.arms]})
+    from experiments import uec_validation as uec
+
+    rows.append({"name": "uec-validation", "summary": "the Ultra Ethernet simulator's validation scenarios, tail FCT "
+                 "against its targets (--engine sim only)", "topology": "per scenario (fat-tree k=4 and k=16, "
+                 "oversubscribed leaf-spines)", "duration_s": None, "arms": list(uec.NAMES)})
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     for r in rows:
         print(f"{r['name']:<14} {r['summary']}")
-        print(f"{'':<14} fabric {r['topology']}, {r['duration_s']:g} s per arm; arms: {', '.join(r['arms'])}")
+        per_arm = f", {r['duration_s']:g} s per arm" if r["duration_s"] else ""
+        print(f"{'':<14} fabric {r['topology']}{per_arm}; arms: {', '.join(r['arms'])}")
     return 0
 
 

@@ -107,20 +107,25 @@ class Workload:
 @dataclass(frozen=True)
 class SenderSettings:
     """How an arm's transport senders run beyond its policy, recovery and delivery: the congestion
-    controller and its fixed window (`fixed` only). None leaves the sender's own default."""
+    controller, its fixed window (`fixed` only) and the number of entropy values (EVs; the field's
+    simulators spray over up to 128). None leaves the sender's own default."""
 
     cc: str | None = None
     window: int | None = None
+    evs: int | None = None
 
     def __post_init__(self) -> None:
         if self.cc is not None and self.cc not in CC_ALGORITHMS:
             raise ValueError(f"unknown congestion control {self.cc!r}; use one of {', '.join(CC_ALGORITHMS)}")
         if self.window is not None and self.window <= 0:
             raise ValueError(f"window {self.window} is not a positive number of packets")
+        if self.evs is not None and not 1 <= self.evs <= 4096:
+            raise ValueError(f"{self.evs} EVs: give 1 to 4096")
 
     def args(self) -> list[str]:
         """The `srd send` options that say so."""
         out = ["--cc", self.cc] if self.cc else []
+        out += ["--evs", str(self.evs)] if self.evs is not None else []
         return out + (["--window", str(self.window)] if self.window is not None else [])
 
 

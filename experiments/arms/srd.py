@@ -9,9 +9,16 @@ from experiments.analysis.framing import Framing, srd_framing, topology_base_rtt
 from experiments.analysis.placement import host_rate_mbps
 from experiments.arms import base
 from experiments.endpoints import command_line, sender_args
+from transport.core.contract import NUM_EVS, PORT_ALIGNMENT
 from transport.core.headers import datagram_size_for_mtu
 from transport.core.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics
 from transport.io.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
+
+
+def port_stride(evs: int) -> int:
+    """Source ports per flow leaving a host: 16 (EV e of its i-th flow at base + 16 i + e), more when a
+    flow uses more EVs than that, a multiple of the alignment so the low bits stay the EV."""
+    return max(PORT_ALIGNMENT, -(-evs // PORT_ALIGNMENT) * PORT_ALIGNMENT)
 
 
 class Srd(base.ArmKind):
@@ -56,10 +63,12 @@ class Srd(base.ArmKind):
         send_entries: list[tuple[str, list[str], float]] = []
         for i, f in enumerate(ctx.flows):
             ready.append(base.ready_file(ctx, f"send-{i}"))
-            # EV e of the flow leaving its host i-th leaves from base + 16 i + e: ECMP sees other ports.
+            # EV e of the flow leaving its host i-th leaves from base + 16 i + e (port_stride): ECMP sees
+            # other ports.
+            stride = port_stride(arm.sender.evs or NUM_EVS)
             cmd = command_line(
                 "srd", "send", "--to", f"{ctx.fab.ip(f.dst)}:{DEFAULT_PORT}", *sender_args(arm.policy),
-                "--seed", str(ctx.seed * 1000 + i), "--base-port", str(DEFAULT_BASE_PORT + 16 * f.index),
+                "--seed", str(ctx.seed * 1000 + i), "--base-port", str(DEFAULT_BASE_PORT + stride * f.index),
                 "--hold", "--ready-file", str(ready[-1]), "--size", str(w.message_size),
                 "--json-out", str(ctx.raw_dir / f"send-{i}-{f.src}-{f.dst}.json"), *common,
                 "--base-rtt", f"{rtt[i]:.6g}")

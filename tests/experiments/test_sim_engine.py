@@ -155,3 +155,27 @@ def test_run_engine_sim_bad_input_is_one_line(tmp_path, args, expected):
     assert r.returncode == 2
     assert expected in r.stderr and "Traceback" not in r.stderr
     assert not list(tmp_path.iterdir())  # nothing half-built
+
+
+def test_uec_validation_small_scenarios_meet_their_targets_with_the_default_controller():
+    from experiments import uec_validation as uec
+
+    doc = uec.run(names=("single-flow", "incast-15"))
+    rows = {r["scenario"]: r for r in doc["rows"]}
+    assert rows["single-flow"]["completed"] == 1 and rows["incast-15"]["completed"] == 15
+    # A 2 MB flow at 100 Gb/s takes 160 µs on the wire: the tail is measured, not assumed.
+    assert 160 < rows["single-flow"]["tail_fct_us"] <= 190
+    assert 2400 < rows["incast-15"]["tail_fct_us"] <= 2550  # 30 MB through one 100 Gb/s link: 2.4 ms at least
+    assert "15:1 incast on 16 nodes" in uec.text_report(doc)
+
+
+@pytest.mark.parametrize("args,expected", [
+    (("uec-validation", "--arms", "single-flow"), "add --engine sim"),
+    (("uec-validation", "--engine", "sim", "--arms", "nope"), "has no scenario 'nope'"),
+    (("uec-validation", "--engine", "sim", "--topo", "leaf-spine"), "--topo does not apply to uec-validation"),
+    (("ecmp-vs-spray", "--engine", "sim", "--cc", "delay,nscc"), "takes one congestion control"),
+])
+def test_uec_validation_bad_input_is_one_line(tmp_path, args, expected):
+    r = _cli("run", *args, "--no-progress", "--out", str(tmp_path), cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert expected in r.stderr and "Traceback" not in r.stderr

@@ -62,25 +62,14 @@ class PortStats:
 
 class Port:
     """One direction of a link: `src` -> `dst` (node ids), `rate_bps`, `delay` seconds, a queue of
-    `queue_bytes` (at least one frame always fits), ECN marking from `ecn_bytes` (0: never)."""
+    `queue_bytes` (at least one frame always fits), ECN marking from `ecn_bytes` (0: never).
 
-    __slots__ = (
-        "busy_until",
-        "cdeps",
-        "delay",
-        "deps",
-        "dst",
-        "ecn_bytes",
-        "index",
-        "loss",
-        "name",
-        "queue_bytes",
-        "queued",
-        "rate_bps",
-        "src",
-        "stats",
-        "up",
-    )
+    The queue's bytes are the time its backlog still needs on the wire at the rate (`busy_until` -
+    now), so queuing a data frame is a few float operations; the departures of data frames are kept
+    only so that a control frame knows when the frame on the wire ends."""
+
+    __slots__ = ("busy_until", "bytes_per_s", "cdeps", "delay", "deps", "dst", "ecn_bytes", "index", "loss", "name",
+                 "queue_bytes", "rate_bps", "src", "stats", "up")
 
     def __init__(self, src: int, dst: int, rate_bps: float, delay: float, queue_bytes: int, *,
                  ecn_bytes: int = 0, loss: float = 0.0, name: str = "") -> None:
@@ -88,6 +77,7 @@ class Port:
             raise ValueError(f"port {name or (src, dst)}: rate must be positive, not {rate_bps}")
         self.src, self.dst = src, dst
         self.rate_bps = float(rate_bps)
+        self.bytes_per_s = self.rate_bps / 8
         self.delay = float(delay)
         self.queue_bytes = int(queue_bytes)
         self.ecn_bytes = int(ecn_bytes)
@@ -95,66 +85,76 @@ class Port:
         self.up = True
         self.name = name
         self.index = -1  # its position in Network.ports
-        self.busy_until = 0.0
-        self.deps: deque[tuple[float, int]] = deque()  # data queued: (departure, wire bytes)
-        self.queued = 0  # wire bytes in deps
-        self.cdeps: deque[float] = deque()  # control queued: departures
+        self.busy_until = 0.0  # when the last frame queued leaves
+        self.deps: deque[float] = deque()  # data frames' departures, oldest first (see transmit)
+        self.cdeps: deque[float] = deque()  # control frames' departures
         self.stats = PortStats()
 
     def backlog(self, now: float) -> int:
-        """Data bytes queued or on the wire at `now`."""
-        deps = self.deps
-        while deps and deps[0][0] <= now:
-            self.queued -= deps.popleft()[1]
-        return self.queued
+        """Bytes queued or on the wire at `now`."""
+        left = self.busy_until - now
+        return int(left * self.bytes_per_s) if left > 0 else 0
 
     def transmit(self, size: int, now: float, control: bool) -> tuple[float, bool] | None:
         """Queue a frame of `size` wire bytes at `now`: (departure time, marked CE), or None when the
         queue is full."""
-        wire = size * 8 / self.rate_bps
-        deps = self.deps
-        while deps and deps[0][0] <= now:
-            self.queued -= deps.popleft()[1]
+        busy = self.busy_until
         if control:
-            cdeps = self.cdeps
-            while cdeps and cdeps[0] <= now:
-                cdeps.popleft()
-            if len(cdeps) * size >= self.queue_bytes and cdeps:
+            return self._control(size, now)
+        if busy > now:
+            queued = (busy - now) * self.bytes_per_s
+            if queued + size > self.queue_bytes:
                 return None
-            # After the frame on the wire (the first queued data frame's departure) and earlier control.
-            start = now
-            if deps and deps[0][0] > start:
-                start = deps[0][0]
-            if cdeps and cdeps[-1] > start:
-                start = cdeps[-1]
-            cdeps.append(start + wire)
-            self.busy_until = (self.busy_until if self.busy_until > now else now) + wire
-            return start + wire, False
-        queued = self.queued
-        if queued and queued + size > self.queue_bytes:
-            return None
-        mark = bool(self.ecn_bytes) and queued >= self.ecn_bytes
-        start = self.busy_until if self.busy_until > now else now
-        self.busy_until = departure = start + wire
-        deps.append((departure, size))
-        queued += size
-        self.queued = queued
-        if queued > self.stats.peak_bytes:
-            self.stats.peak_bytes = queued
+            mark = 0 < self.ecn_bytes <= queued
+            departure = busy + size / self.bytes_per_s
+            if queued + size > self.stats.peak_bytes:
+                self.stats.peak_bytes = int(queued + size)
+        else:
+            mark = False
+            departure = now + size / self.bytes_per_s
+            if size > self.stats.peak_bytes:
+                self.stats.peak_bytes = size
+        self.busy_until = departure
+        deps = self.deps
+        deps.append(departure)
+        if len(deps) > 256:  # a port that carries no control: forget what has left
+            while deps[0] <= now:
+                deps.popleft()
         return departure, mark
+
+    def _control(self, size: int, now: float) -> tuple[float, bool] | None:
+        """A control frame goes after the frame on the wire (the oldest data departure still ahead) and
+        the control queued before it, in a queue of its own; its wire time delays the data queued
+        after it, not the data already queued (their departures are fixed)."""
+        deps, cdeps = self.deps, self.cdeps
+        while deps and deps[0] <= now:
+            deps.popleft()
+        while cdeps and cdeps[0] <= now:
+            cdeps.popleft()
+        if cdeps and len(cdeps) * size >= self.queue_bytes:
+            return None
+        wire = size / self.bytes_per_s
+        start = now
+        if deps and deps[0] > start:
+            start = deps[0]
+        if cdeps and cdeps[-1] > start:
+            start = cdeps[-1]
+        cdeps.append(start + wire)
+        self.busy_until = (self.busy_until if self.busy_until > now else now) + wire
+        return start + wire, False
 
     def set_rate(self, rate_bps: float) -> None:
         """A new rate for frames queued from now on (those queued keep their departures)."""
         if rate_bps <= 0:
             raise ValueError(f"port {self.name}: rate must be positive, not {rate_bps}")
         self.rate_bps = float(rate_bps)
+        self.bytes_per_s = self.rate_bps / 8
 
     def cut(self) -> None:
         """Down: what is queued is lost (counted when it would have arrived)."""
         self.up = False
         self.deps.clear()
         self.cdeps.clear()
-        self.queued = 0
         self.busy_until = 0.0
 
 
