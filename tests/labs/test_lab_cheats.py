@@ -67,8 +67,9 @@ def test_a_cheat_fails_with_a_reason(tmp_path, lab, fixture, must_fail, reason, 
     assert code == 1
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("lab", sorted(MODULES))
+# Lab 3's sender runs cost a second or two a seed: one seed there, two elsewhere.
+@pytest.mark.parametrize(("lab", "seed"), [(lab, seed) for lab in sorted(MODULES) for seed in SEEDS
+                                           if lab != 3 or seed == SEEDS[0]])
 def test_the_solution_passes_on_the_same_seeds(lab, seed):
     grading.use_seed(seed)
     checks = CHECKERS[lab].check(LABS[lab].path / "solution")
@@ -115,3 +116,24 @@ def test_the_command_prints_the_seed_and_repeats_its_cases():
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "random cases drawn with seed 4242" in out.stdout
+
+
+def _lab7_run(tmp_path: Path, arms: dict[str, dict]) -> Path:
+    """The lab 7 reference run with its arms replaced: name -> fields set on a copy of `spray`."""
+    ref = next((LABS[7].path / "reference").glob("training/*/results.json"))
+    doc = json.loads(ref.read_text())
+    spray = next(a for a in doc["arms"] if a["name"] == "spray")
+    doc["arms"] = [{**spray, "name": name, **fields} for name, fields in arms.items()]
+    doc["analysis"]["training"] = {name: doc["analysis"]["training"]["spray"] for name in arms}
+    run = tmp_path / "training" / "20260101-000000"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps(doc))
+    return tmp_path
+
+
+def test_a_lab7_cut_run_is_graded_on_its_rollback(tmp_path):
+    checks = {c.name: c for c in CHECKERS[7].check(_lab7_run(tmp_path / "a", {"spray-cut": {"rollbacks": 1,
+                                                                                          "steps_lost": 2}}))}
+    assert set(checks) == {"spray-cut: the job", "the cut: a rollback"} and all(c.passed for c in checks.values())
+    none = CHECKERS[7].check(_lab7_run(tmp_path / "b", {"spray-cut": {"rollbacks": 0, "steps_lost": 0}}))
+    assert [c.name for c in none if not c.passed] == ["the cut: a rollback"]
