@@ -144,3 +144,24 @@ def test_lab3_says_the_check_compares_medians():
     text = readme(3)
     assert "go-back-N's slowest messages wait longest" not in text
     assert "go-back-N's median message waits longer" in text
+
+
+def test_lab1_probe_without_root_computes_the_probe_table():
+    import importlib.util
+
+    path = LABS[1].path / "probe_sim.py"
+    spec = importlib.util.spec_from_file_location("lab1_probe_sim", path)
+    assert spec and spec.loader
+    probe_sim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe_sim)
+    topo = probe_sim.DEFAULT_TOPO
+    # One source port: one path, whatever the routing; 256 in turn: spray splits them evenly, ECMP by
+    # its hash, single keeps one spine.
+    for mode in probe_sim.MODES:
+        fixed = probe_sim.spread(topo, mode, "fixed", 400)
+        assert sorted(fixed.values()) == [0, 0, 0, 400], (mode, fixed)
+    assert set(probe_sim.spread(topo, "spray", "rotate", 400).values()) == {100}
+    ecmp = probe_sim.spread(topo, "ecmp", "rotate", 400)
+    assert sum(ecmp.values()) == 400 and min(ecmp.values()) > 50
+    assert sorted(probe_sim.spread(topo, "single", "rotate", 400).values()) == [0, 0, 0, 400]
+    assert "probe_sim.py --packets" in readme(1)
