@@ -156,7 +156,23 @@ def _hand_made() -> list[tuple[str, list[float], list[float], float, float, floa
         ("back only at the last sample", t, last, 1.0, 10.0, 0.9),
         ("the fault between two samples", t, dip, 0.95, 10.0, 0.9),
         ("a lower threshold", t, never, 1.0, 10.0, 0.5),
+        *_drawn_series(),
     ]
+
+
+def _drawn_series(count: int = 3) -> list[tuple[str, list[float], list[float], float, float, float]]:
+    """Series drawn from the seed the checker prints: a baseline, a fault somewhere, dips and good
+    samples after it in any order, any threshold."""
+    rng = grading.case_rng("lab4 recovery series")
+    out = []
+    for i in range(count):
+        n, base = rng.randint(12, 40), round(rng.uniform(2.0, 20.0), 2)
+        fault = rng.randint(3, n - 4)
+        rates = [base] * fault + [round(rng.choice((0.0, rng.uniform(0, base), base)), 3) for _ in range(n - fault)]
+        t = [round(0.05 * k, 2) for k in range(n)]
+        fault_t = round(t[fault] - rng.choice((0.0, 0.02)), 2)
+        out.append((f"drawn series {i + 1}", t, rates, fault_t, base, round(rng.uniform(0.5, 0.95), 2)))
+    return out
 
 
 def _same(got: Any, want: float | None) -> bool:
@@ -180,7 +196,8 @@ def check_recovery_hand_made(mod: ModuleType) -> Check:
             return grading.failed(label, f"'{case}': returned {_fmt(got)}, fabriclab's analysis gives {_fmt(want)}")
     return grading.passed(label, f"all {len(_hand_made())} cases agree with "
                           "experiments.analysis.recovery_time.time_to_recover "
-                          "(dips, a lone good sample, never back, the last sample, lower thresholds)")
+                          "(dips, a lone good sample, never back, the last sample, lower thresholds, and series "
+                          "drawn from the seed)")
 
 
 def simulated_series(policy: str, down: tuple[float, float], threshold: float, bin_s: float = 0.02

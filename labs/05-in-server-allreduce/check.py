@@ -138,7 +138,9 @@ def _agrees(name: str, got: Any, want: float, call: str, unit: str) -> Check:
 
 def check_formulas(mod: ModuleType) -> list[Check]:
     checks = []
-    for n, nbytes, seconds in ((4, 4 << 20, 8.0), (8, 1 << 20, 0.5), (2, 1000, 0.001)):
+    rng = grading.case_rng("lab5 bus bandwidth")
+    drawn = [(rng.randint(2, 64), rng.randint(1, 1 << 26), round(rng.uniform(0.001, 20.0), 4)) for _ in range(2)]
+    for n, nbytes, seconds in ((4, 4 << 20, 8.0), (8, 1 << 20, 0.5), (2, 1000, 0.001), *drawn):
         want = bandwidth_bound(n, nbytes, 1.0) * 1e6 / seconds  # the rate at which `seconds` is the bound
         got, err = grading.call(mod, "bus_bandwidth", n, nbytes, seconds)
         if err:
@@ -150,7 +152,7 @@ def check_formulas(mod: ModuleType) -> list[Check]:
             break
     else:
         checks.append(grading.passed("bus_bandwidth", "2(n-1)/n * bytes * 8 / seconds, as the transport's "
-                                     "bandwidth bound inverted, for 2, 4 and 8 ranks"))
+                                     "bandwidth bound inverted, for 2, 4 and 8 ranks and two drawn from the seed"))
     size, rates = 1 << 16, [40e6, 40e6, 10e6, 40e6]
     nbytes = size * 4
     for n, rs in ((4, [8e6] * 4), (8, [100e6] * 7 + [20e6]), (4, rates)):
@@ -197,7 +199,22 @@ def _order_cases() -> list[tuple[str, dict[str, str]]]:
         # Names that do not give the server away: sorting by name is not enough.
         ("servers of unequal size", {"g1": "s2", "g2": "s1", "g3": "s2", "g4": "s3", "g5": "s2", "g6": "s1"}),
         ("one server", {f"s1g{i}": "s1" for i in range(1, 6)}),
+        _drawn_order_case(),
     ]
+
+
+def _drawn_order_case() -> tuple[str, dict[str, str]]:
+    """Hosts on servers drawn from the seed the checker prints: any number, any sizes, names that say
+    nothing of the server."""
+    rng = grading.case_rng("lab5 ring order")
+    hosts = rng.randint(4, 12)
+    servers = rng.randint(2, min(4, hosts))
+    names = rng.sample(range(100), hosts)
+    # Every server gets one host first, so that none is empty; the rest land anywhere.
+    placed = list(range(servers)) + [rng.randrange(servers) for _ in range(hosts - servers)]
+    rng.shuffle(placed)
+    return (f"{hosts} hosts on {servers} servers (drawn)",
+            {f"h{n}": f"srv{k + 1}" for n, k in zip(names, placed, strict=True)})
 
 
 def _student_order(mod: ModuleType, server_of: dict[str, str]) -> tuple[list[str] | None, str | None]:
