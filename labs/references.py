@@ -14,6 +14,7 @@ exits 1 naming each block that differs. KINDs:
 - `table`: the arms table of the reference run's summary.md;
 - `sentences`: the sentences of the reference run's summary.md (one per arm, then the comparisons);
 - `retx`: lab 3's retransmissions per loss rate, selective repeat against go-back-N;
+- `distances`: lab 2's reorder distances per arm, bucket by bucket;
 - `model`: lab 7's figures from the simulated job its checker holds the formulas to;
 - `bench`: lab 7's step 1, `fabriclab bench training` on step 2's arms: the model's sentences.
 """
@@ -33,6 +34,7 @@ from labs.catalogue import LABS_DIR, Lab, find_lab, load_checker
 
 log = logging.getLogger(__name__)
 
+EN_DASH = "\u2013"  # ranges as the answer keys write them
 BLOCK = re.compile(r"(<!-- generated: (\w+) (\d+) -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 
@@ -91,6 +93,18 @@ def _retx(lab: Lab) -> str:
     return "\n".join(out) + "\n"
 
 
+def _distances(lab: Lab) -> str:
+    """Lab 2: each arm's reorder distances, bucket by bucket (the empty ones left out)."""
+    doc = json.loads((reference_run(lab) / "results.json").read_text())
+    lines = []
+    for a in doc["arms"]:
+        hist = (a.get("reorder") or {}).get("distance_histogram") or {}
+        ordered = sorted(hist.items(), key=lambda kv: int(kv[0].split("-")[0].rstrip("+")))
+        shown = ", ".join(f"{k.replace('-', EN_DASH)}: {v}" for k, v in ordered if v)
+        lines.append(f"- {a['name']}: {shown or 'none out of order'}")
+    return "\n".join(lines) + "\n"
+
+
 def _model(lab: Lab) -> str:
     check = load_checker(lab)
     write = check._sync_write_s(check._sim())
@@ -123,7 +137,8 @@ def _bench(lab: Lab) -> str:
 
 
 KINDS: dict[str, Callable[[Lab], str]] = {"check": _check, "table": _table, "sentences": _sentences,
-                                          "retx": _retx, "model": _model, "bench": _bench}
+                                          "retx": _retx, "model": _model, "bench": _bench,
+                                          "distances": _distances}
 
 
 def documents(root: Path = LABS_DIR) -> list[Path]:
