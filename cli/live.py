@@ -51,7 +51,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         f"single) and the transport's path policy ({', '.join(POLICIES)}: restarts the senders), cut and "
         "restore a link by clicking it, and set random loss on it. With --tui the same numbers and switches "
         "are in the terminal (for ssh-only use). Ctrl-C stops the traffic and tears the fabric down. "
-        "Needs root, like `fabriclab up`; --fake runs the view on synthetic counters without root.",
+        "Needs root, like `fabriclab up`; --engine sim runs the view on the simulated engine without root (the "
+        "same transport and forwarding, paced to the clock), --fake on synthetic counters.",
         epilog="workloads: permutation = every host sends one long flow to a host on another leaf "
         "(`fabriclab srd send/recv`, one base port per sender); allreduce = the transport's ring all-reduce "
         "on every host, ranks alternating between leaves, many iterations. "
@@ -82,6 +83,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                    "c/r N cut/restore link N, l N P loss P %% on link N, q quit")
     p.add_argument("--fake", action="store_true",
                    help="no fabric: synthetic counters from the topology (no root needed; for trying the view)")
+    p.add_argument("--engine", choices=("live", "sim"), default="live",
+                   help="live: a fabric brought up in namespaces (root); sim: the simulated engine paced to the "
+                   "clock, with the transport's own connections and the controller's rules (no root; the "
+                   "permutation workload) (default: %(default)s)")
     p.add_argument("--seed", type=nonneg_int, default=1, metavar="N",
                    help="seed of the flow placement (default: %(default)s)")
     p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
@@ -112,6 +117,15 @@ def build_backend(args: argparse.Namespace):
     if len(topo.hosts) < 2:
         raise LiveError(f"{args.topo} has {len(topo.hosts)} host(s); the workload needs at least two")
     policy = args.path_policy or args.policy
+    if getattr(args, "engine", "live") == "sim":
+        if args.fake or getattr(args, "servers", None):
+            raise LiveError("--engine sim runs the simulated fabric on this machine: drop --fake and --servers")
+        if args.workload != "permutation":
+            raise LiveError(f"--engine sim runs the permutation workload, not {args.workload}; drop --workload or "
+                            "use the live engine")
+        from live.simulated import SimBackend
+
+        return SimBackend(topo, mode=args.mode, policy=policy, workload=args.workload, seed=args.seed, cc=args.cc)
     if args.fake:
         from live.backend import FakeBackend
 

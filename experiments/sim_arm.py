@@ -22,7 +22,7 @@ import logging
 import random
 import resource
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from emulator.sim.fabric import SimFabric, SimSettings
@@ -30,18 +30,20 @@ from experiments.analysis.framing import srd_framing, topology_base_rtt
 from experiments.analysis.links import fabric_hops, window_bytes
 from experiments.analysis.placement import host_rate_mbps
 from experiments.arms import Flow
-from experiments.arms.srd import port_stride
+from experiments.arms.srd import arm_evs, port_stride
 from experiments.model import Arm, Experiment, Fault, Workload, act
 from experiments.schema import RawArm
 from topologies import Topology
 from transport.core.config import TransportConfig, path_ack_delay
 from transport.core.connection import Connection
-from transport.core.contract import DEFAULT_BASE_PORT, DEFAULT_PORT
+from transport.core.contract import DEFAULT_BASE_PORT, DEFAULT_PORT, NUM_EVS
 from transport.core.credit import CreditScheduler
-from transport.core.events import Event, MessageAcked
+from transport.core.events import Event, MessageAcked, MessageReceived
 from transport.core.headers import datagram_size_for_mtu
 from transport.io.defaults import ENDPOINT_ACK_BATCH, ENDPOINT_ACK_DELAY, ENDPOINT_PACING_PACKETS
+from transport.io.receiver import AMPLIFICATION
 from transport.io.sender import summarize
+from transport.io.workload import make_payload, payload_seq
 from transport.sim.netsim import IPPROTO_UDP, CreditHost, Endpoint, Waker
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,9 @@ log = logging.getLogger(__name__)
 # Link samples per arm (the live sampler takes one every 0.5 s; a simulated arm lasts microseconds to
 # seconds, so it samples a fixed number of times over the time its flows should take).
 SAMPLES = 40
+# The answer to each request of a request/response workload (experiments.arms.srd: `--response-size 64`).
+RESPONSE_SIZE = 64
+CLOSED_LOOP = 8  # requests outstanding (`--closed-loop 8`)
 # Arm kinds the simulated engine runs (the transport's own); the others need programs it cannot run.
 KINDS = ("srd",)
 
@@ -62,9 +67,6 @@ def check_arm(arm: Arm, workload: Workload) -> None:
         raise SimUnsupported(f"arm {arm.name} runs {arm.kind}, which the simulated engine does not model "
                              f"(it runs the transport's own arms: {', '.join(KINDS)}); choose other arms with "
                              "--arms, or run it on the live engine")
-    if workload.request_response:
-        raise SimUnsupported(f"arm {arm.name} is request/response, which the simulated engine does not model yet; "
-                             "run it on the live engine")
 
 
 # Below this base RTT a fabric runs at the field's scale (microseconds: 100 Gb/s, 1 µs hops), which the
@@ -138,6 +140,13 @@ class SimFlow:
     acked: int = 0
     messages_acked: int = 0
     limit: int = 8
+    # Request/response (`srd send --request-response --closed-loop 8`, `srd recv --response-size 64`):
+    # each message is answered, and its completion is the answer's arrival.
+    request_response: bool = False
+    response_size: int = RESPONSE_SIZE
+    pending: dict[int, float] = field(default_factory=dict)  # request seq -> submitted at
+    responses: int = 0
+    response_bytes: int = 0
     await_ack: dict[int, tuple[int, float]] = field(default_factory=dict)  # msg id -> (bytes, submitted at)
     completion_times: list[float] = field(default_factory=list)
     completed_at: float | None = None
@@ -150,9 +159,14 @@ class SimFlow:
 
     def submit(self, now: float) -> None:
         conn = self.tx.conn  # type: ignore[union-attr]
-        while self.more(now) and len(self.await_ack) < self.limit:
+        waiting = self.pending if self.request_response else self.await_ack
+        while self.more(now) and len(waiting) < self.limit:
             n = self.message_size if not self.size else min(self.message_size, self.size - self.submitted)
-            msg = conn.send_message(zeros(n), now)
+            if self.request_response:
+                msg = conn.send_message(make_payload(self.seq, n), now)
+                self.pending[self.seq] = now
+            else:
+                msg = conn.send_message(zeros(n), now)
             self.await_ack[msg] = (n, now)
             self.submitted += n
             self.seq += 1
@@ -163,11 +177,30 @@ class SimFlow:
             if got is not None:
                 self.acked += got[0]
                 self.messages_acked += 1
-                self.completion_times.append(now - got[1])
-            self.submit(now)
-            if not self.await_ack and not self.more(now) and self.completed_at is None:
-                self.completed_at = now
-                self.stop_reason = "completed" if self.size else "duration"
+                if not self.request_response:
+                    self.completion_times.append(now - got[1])
+        elif isinstance(event, MessageReceived) and self.request_response:
+            self.responses += 1
+            self.response_bytes += len(event.data)
+            t0 = self.pending.pop(payload_seq(event.data), None)
+            if t0 is not None:
+                self.completion_times.append(now - t0)
+        else:
+            return
+        self.submit(now)
+        if not self.await_ack and not self.pending and not self.more(now) and self.completed_at is None:
+            self.completed_at = now
+            self.stop_reason = "completed" if self.size else "duration"
+
+    def answer(self, endpoint: Endpoint, event: Event, now: float) -> None:
+        """The receiving side: every request is answered with `response_size` bytes naming it."""
+        if isinstance(event, MessageReceived):
+            endpoint.conn.send_message(make_payload(payload_seq(event.data), self.response_size), now)
+
+    def start(self, now: float) -> None:
+        self.started = now
+        self.submit(now)
+        self.tx.turn(now)  # type: ignore[union-attr]
 
     @property
     def done(self) -> bool:
@@ -200,14 +233,11 @@ def expected_s(topo: Topology, flows: list[Flow], bytes_per_flow: int, duration:
     return last + 2 * max(load.values(), default=0) * 8 / rate + 1e-4
 
 
-def run_arm_sim(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], duration: float, seed: int,
-                bytes_per_flow: int, reporter: Any = None) -> RawArm:
-    """Run one arm on the simulated fabric; the raw record the live runner would have written."""
-    wall0 = time.monotonic()
-    w = arm.workload or exp.workload
-    check_arm(arm, w)
-    fab = SimFabric(topo, arm.mode, settings_for(exp), seed=seed)
-    net = fab.net
+def add_flows(fab: SimFabric, arm: Arm, w: Workload, flows: list[Flow], seed: int, bytes_per_flow: int,
+              duration: float, first_index: int = 0) -> tuple[list[SimFlow], int]:
+    """Each flow's two connections on `fab`, configured, seeded and addressed as the live arm's, each
+    started at its start time; (the flows, the source ports per flow leaving a host)."""
+    topo, net = fab.topo, fab.net
     datagram = datagram_size_for_mtu(topo.mtu)
     rate = host_rate_mbps(topo)
     framing = srd_framing(datagram, w.message_size)
@@ -215,22 +245,31 @@ def run_arm_sim(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], du
     rx_rtt: dict[str, float] = {}
     for f, r in zip(flows, rtt, strict=True):
         rx_rtt[f.dst] = max(rx_rtt.get(f.dst, 0.0), r)
-    rng = random.Random(seed)
+    rng = random.Random(seed + first_index)
     ip = {h.name: h.address for h in topo.hosts}
     credit: dict[str, CreditHost] = {}
     sims: list[SimFlow] = []
-    stride = 0
-    for i, f in enumerate(flows):
-        tx_cfg = endpoint_config(arm, datagram, rate, rtt[i])
+    evs = arm_evs(arm, topo)
+    if arm.sender.evs is None and evs != NUM_EVS:
+        arm = replace(arm, sender=replace(arm.sender, evs=evs))
+    stride = port_stride(evs)
+    for j, f in enumerate(flows):
+        i = first_index + j
+        tx_cfg = endpoint_config(arm, datagram, rate, rtt[j])
         rx_cfg = endpoint_config(arm, datagram, rate, rx_rtt[f.dst])
-        stride = port_stride(tx_cfg.num_evs)
         cid = rng.getrandbits(32) or 1
         size = (f.size or bytes_per_flow) if bytes_per_flow else 0
         sf = SimFlow(i, f, size, w.message_size, deadline=f.start_s + duration)
         sf.limit = max(4, -(-2 * tx_cfg.max_window * tx_cfg.mtu // w.message_size)) if size else 8
+        sf.request_response = w.request_response
+        if w.request_response:
+            sf.limit = CLOSED_LOOP
         data_keys, ack_keys = _keys(ip[f.src], ip[f.dst], DEFAULT_BASE_PORT + stride * f.index, tx_cfg.num_evs)
         tx = Endpoint(net, Connection(tx_cfg, cid, seed=seed * 1000 + i), fab.ids[f.src], data_keys, sf.on_event)
-        rx = Endpoint(net, Connection(rx_cfg, cid, seed=cid), fab.ids[f.dst], ack_keys)
+        rx = Endpoint(net, Connection(rx_cfg, cid, seed=cid), fab.ids[f.dst], ack_keys,
+                      sf.answer if w.request_response else None)
+        if w.request_response:
+            rx.conn.limit_amplification(AMPLIFICATION)  # as `srd recv --response-size` does
         tx.peer, rx.peer = rx, tx
         if rx.conn.credit_receiver is not None:
             host = credit.get(f.dst)
@@ -239,16 +278,20 @@ def run_arm_sim(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], du
             host.attach(rx)
         sf.tx, sf.rx = tx, rx
         sims.append(sf)
+        net.at(net.now + f.start_s, Waker(sf.start))
+    return sims, stride
 
-    def start(sf: SimFlow) -> Waker:
-        def go(now: float) -> None:
-            sf.started = now
-            sf.submit(now)
-            sf.tx.turn(now)  # type: ignore[union-attr]
-        return Waker(go)
 
-    for sf in sims:
-        net.at(sf.flow.start_s, start(sf))
+def run_arm_sim(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], duration: float, seed: int,
+                bytes_per_flow: int, reporter: Any = None) -> RawArm:
+    """Run one arm on the simulated fabric; the raw record the live runner would have written."""
+    wall0 = time.monotonic()
+    w = arm.workload or exp.workload
+    check_arm(arm, w)
+    fab = SimFabric(topo, arm.mode, settings_for(exp), seed=seed)
+    net = fab.net
+    sims, stride = add_flows(fab, arm, w, flows, seed, bytes_per_flow, duration)
+    ip = {h.name: h.address for h in topo.hosts}
     expected = expected_s(topo, flows, bytes_per_flow, duration)
     samples: list[dict[str, Any]] = []
     sample_every = expected / SAMPLES
@@ -368,14 +411,15 @@ def _endpoints(sims: list[SimFlow], ip: dict[str, str | None], stride: int) -> d
             "role": "sender", "destination": f"{ip[f.dst]}:{DEFAULT_PORT}", "connection_id": tx.conn.connection_id,
             "completed": sf.completed_at is not None and bool(sf.size), "stop_reason": sf.stop_reason,
             "duration": dur, "bytes": sf.acked, "bytes_submitted": sf.submitted, "goodput_bps": 8 * sf.acked / dur,
-            "messages": sf.messages_acked, "messages_submitted": sf.seq, "responses": 0, "response_bytes": 0,
+            "messages": sf.messages_acked, "messages_submitted": sf.seq,
+            "responses": sf.responses, "response_bytes": sf.response_bytes,
             "completion_times": summarize(sf.completion_times), "datagrams_sent": tx.sent,
             "datagrams_received": tx.datagrams_received, "pps_sent": tx.sent / dur,
             "ev_datagrams_sent": list(tx.ev_sent), "ev_datagrams_received": list(tx.ev_received),
             "base_port": base, "source_ports": [base + ev for ev in range(len(tx.keys))], "send_errors": 0,
             "refused": 0, "socket_drops": 0,
             "workload": {"total_bytes": sf.size, "messages": 0, "size": sf.message_size, "rate": 0.0,
-                         "outstanding": sf.limit, "request_response": False},
+                         "outstanding": sf.limit, "request_response": sf.request_response},
             "config": tx.conn.config.to_dict(), "rto_s": base_rto_s(metrics), "connection": metrics,
         }
         receivers.setdefault(f.dst, []).append({"connection_id": rx.conn.connection_id,

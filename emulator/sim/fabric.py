@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from emulator.controller.rules import compute_rules
+from emulator.controller.rules import compute_rules, mode_error
 from emulator.sim.flowtable import FlowTables, Key
 from topologies import Link, Topology
 from transport.sim.netsim import Network, Port, Waker
@@ -159,6 +159,14 @@ class SimFabric:
         else:
             self.down.add(lk)
         self.net.at(now + self.settings.reaction_s, Waker(self._reinstall))
+
+    def set_mode(self, mode: str) -> None:
+        """Another routing mode: the controller installs its rules at once, as on the live fabric."""
+        rules_mode_error = mode_error(mode)
+        if rules_mode_error is not None:
+            raise ValueError(rules_mode_error)
+        self.mode = mode
+        self._reinstall(self.net.now)
 
     def _reinstall(self, now: float) -> None:
         self._install()

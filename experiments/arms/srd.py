@@ -5,14 +5,37 @@ from __future__ import annotations
 
 from typing import Any
 
+from emulator.controller.rules import Graph
 from experiments.analysis.framing import Framing, srd_framing, topology_base_rtt
 from experiments.analysis.placement import host_rate_mbps
 from experiments.arms import base
 from experiments.endpoints import command_line, sender_args
+from experiments.model import Arm
+from topologies import Topology
 from transport.core.contract import NUM_EVS, PORT_ALIGNMENT
 from transport.core.headers import datagram_size_for_mtu
 from transport.core.schema import ReceiverConnection, ReceiverMetrics, SenderMetrics
 from transport.io.addressing import DEFAULT_BASE_PORT, DEFAULT_PORT
+
+
+def fabric_paths(topo: Topology) -> int:
+    """The most equal-cost paths between two hosts of `topo`: the spray divisor a packet reaches its
+    destination's edge switch with (the product of the fan-outs on the way), over the edge switches."""
+    g = Graph(topo)
+    edges = sorted({a.switch for a in g.attachments})
+    return max((g.divisors(s).get(s, 1) for s in edges[:1] + edges[-1:]), default=1)
+
+
+def arm_evs(arm: Arm, topo: Topology) -> int:
+    """EVs per flow: the arm's own, else 16 (the transport's default), or as many as the fabric has
+    paths when that is more and the flow sprays: the controller's spray entries read one digit of the
+    EV per tier, so 16 EVs on a k=16 fat-tree (64 paths between pods) would use 2 of every aggregation
+    switch's 8 cores, a quarter of the top tier."""
+    if arm.sender.evs is not None:
+        return arm.sender.evs
+    if arm.policy == "single":
+        return NUM_EVS
+    return max(NUM_EVS, fabric_paths(topo))
 
 
 def port_stride(evs: int) -> int:
@@ -65,7 +88,8 @@ class Srd(base.ArmKind):
             ready.append(base.ready_file(ctx, f"send-{i}"))
             # EV e of the flow leaving its host i-th leaves from base + 16 i + e (port_stride): ECMP sees
             # other ports.
-            stride = port_stride(arm.sender.evs or NUM_EVS)
+            evs = arm_evs(arm, ctx.topo)
+            stride = port_stride(evs)
             cmd = command_line(
                 "srd", "send", "--to", f"{ctx.fab.ip(f.dst)}:{DEFAULT_PORT}", *sender_args(arm.policy),
                 "--seed", str(ctx.seed * 1000 + i), "--base-port", str(DEFAULT_BASE_PORT + stride * f.index),
@@ -80,6 +104,8 @@ class Srd(base.ArmKind):
             if w.request_response:
                 cmd += ["--request-response", "--closed-loop", "8"]
             cmd += arm.sender.args()
+            if arm.sender.evs is None and evs != NUM_EVS:
+                cmd += ["--evs", str(evs)]
             send_entries.append((f.src, cmd[3:], f.start_s))
         if base.grouped(ctx):
             senders.append(base.start_group(ctx, "senders", send_entries, hold=True))

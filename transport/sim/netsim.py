@@ -289,9 +289,8 @@ class Network:
 
     def run(self, until: float = float("inf"), done: Callable[[], bool] | None = None,
             check_every: int = 4096) -> float:
-        """Handle events in time order until the heap is empty, the clock would pass `until`, or
-        `done()` (asked every `check_every` events and when the heap empties) is true; returns the
-        clock."""
+        """Handle events in time order until the clock would pass `until` (it then stands at `until`),
+        the heap is empty, or `done()` (asked every `check_every` events) is true; returns the clock."""
         heap = self._heap
         pop = heapq.heappop
         counters = self.counters
@@ -313,6 +312,8 @@ class Network:
                 if done is not None and done():
                     return self.now
         counters.events += n
+        if until != float("inf") and self.now < until:
+            self.now = until  # nothing happens before `until`: the clock stands there
         return self.now
 
     def pending(self) -> int:
