@@ -15,6 +15,7 @@ exits 1 naming each block that differs. KINDs:
 - `sentences`: the sentences of the reference run's summary.md (one per arm, then the comparisons);
 - `retx`: lab 3's retransmissions per loss rate, selective repeat against go-back-N;
 - `distances`: lab 2's reorder distances per arm, bucket by bucket;
+- `reroute`: lab 4's cut link, controller reroute and recovery per arm;
 - `model`: lab 7's figures from the simulated job its checker holds the formulas to;
 - `bench`: lab 7's step 1, `fabriclab bench training` on step 2's arms: the model's sentences.
 """
@@ -105,6 +106,21 @@ def _distances(lab: Lab) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _reroute(lab: Lab) -> str:
+    """Lab 4: per arm, the cut link, how long the controller took to confirm its new rules, and the
+    recovery (in seconds and RTOs)."""
+    doc = json.loads((reference_run(lab) / "results.json").read_text())
+    lines = []
+    for a in doc["arms"]:
+        cut = next((f"{f['a']}-{f['b']}" for f in a.get("faults") or []), "no cut")
+        took = [e["took_ms"] for e in a.get("events") or [] if e.get("kind") == "link_down" and "took_ms" in e]
+        rules = f"new rules confirmed {took[0]:.1f} ms after the port status" if took else "no reroute recorded"
+        rec, rto = a.get("recovery_s"), a.get("rto_s")
+        back = f"recovery {rec:.3f} s" + (f" ({rec / rto:.1f} RTOs of {rto * 1e3:.1f} ms)" if rec and rto else "")
+        lines.append(f"- {a['name']}: cut {cut}; {rules}; {back}")
+    return "\n".join(lines) + "\n"
+
+
 def _model(lab: Lab) -> str:
     check = load_checker(lab)
     write = check._sync_write_s(check._sim())
@@ -138,7 +154,7 @@ def _bench(lab: Lab) -> str:
 
 KINDS: dict[str, Callable[[Lab], str]] = {"check": _check, "table": _table, "sentences": _sentences,
                                           "retx": _retx, "model": _model, "bench": _bench,
-                                          "distances": _distances}
+                                          "distances": _distances, "reroute": _reroute}
 
 
 def documents(root: Path = LABS_DIR) -> list[Path]:

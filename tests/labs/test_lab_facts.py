@@ -98,8 +98,8 @@ def test_generated_sample_outputs_and_answer_figures_agree_with_the_shipped_file
     assert "01-ecmp-hot-links.md" in docs and "README.md" in docs
     blocks = {m.group(2) + " " + m.group(3) for p in references.documents()
               for m in references.BLOCK.finditer(p.read_text(encoding="utf-8"))}
-    assert {"check 1", "table 1", "table 2", "distances 2", "table 3", "retx 3", "model 7", "bench 7",
-            "sentences 7"} <= blocks
+    assert {"check 1", "table 1", "table 2", "distances 2", "table 3", "retx 3", "table 4", "reroute 4",
+            "model 7", "bench 7", "sentences 7"} <= blocks
     assert references.stale() == []
 
 
