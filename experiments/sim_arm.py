@@ -286,6 +286,7 @@ def run_arm_sim(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], du
                 bytes_per_flow: int, reporter: Any = None) -> RawArm:
     """Run one arm on the simulated fabric; the raw record the live runner would have written."""
     wall0 = time.monotonic()
+    cpu0 = time.process_time()
     w = arm.workload or exp.workload
     check_arm(arm, w)
     fab = SimFabric(topo, arm.mode, settings_for(exp), seed=seed)
@@ -347,6 +348,7 @@ def run_arm_sim(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], du
     samples.append({"t": traffic_s, "time": traffic_s,
                     "links": fab.links_report(traffic_s, samples[-1] if samples else None)["links"]})
     wall = time.monotonic() - wall0
+    net.count_hops()
     c = net.counters
     raw: RawArm = {
         "engine": "sim",
@@ -359,6 +361,7 @@ def run_arm_sim(exp: Experiment, arm: Arm, topo: Topology, flows: list[Flow], du
         "bring_up_s": 0.0, "teardown_s": 0.0, "wall_s": round(wall, 3),
         "sim": {"events": c.events, "packet_hops": c.packet_hops, "delivered": c.delivered,
                 "undeliverable": c.undeliverable, "virtual_s": round(traffic_s, 9), "wall_s": round(wall, 3),
+                "cpu_s": round(time.process_time() - cpu0, 3),
                 "events_per_s": round(c.events / wall) if wall > 0 else None,
                 "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)},
     }

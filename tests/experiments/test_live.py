@@ -42,6 +42,19 @@ def test_ecmp_vs_spray(tmp_path):
     assert by["spray"]["goodput_bps"] > by["ecmp-single"]["goodput_bps"]
     assert by["spray"]["link_imbalance"] < by["ecmp-single"]["link_imbalance"]
     assert doc["analysis"]["ecmp_expectation"]["prob_any_collision"] == 1.0
+    # The same definition on the simulated engine (a small `fabriclab validate-engines`): spraying's
+    # goodput agrees within 10 %, and ECMP puts every flow on the same fabric links as the live switches.
+    from experiments import validate_engines
+    from experiments.analysis.links import fabric_hops
+    from experiments.model import experiment_from_dict
+
+    exp = experiment_from_dict(doc["experiment_definition"])
+    exp = replace(exp, arms=[a for a in exp.arms if a.kind == "srd"])
+    topo = driver.parse_spec(exp.topology)
+    sim = driver.execute(exp, topo, out_dir=tmp_path / "sim", engine="sim").doc
+    rows = {(r["arm"], r["key"]): r for r in validate_engines.compare(doc, sim, fabric_hops(topo))}
+    assert not rows[("spray", "goodput_fraction")]["over"], rows[("spray", "goodput_fraction")]
+    assert not rows[("ecmp-single", "paths")]["over"], rows[("ecmp-single", "paths")]
 
 
 def test_loss_recovery_selective_at_least_gobackn(tmp_path):
