@@ -34,8 +34,9 @@ def build() -> Experiment:
         title="Failover: a fabric link cut mid-transfer",
         description="Three seconds in, the busiest leaf-spine link is cut. Adaptive spraying stops using "
         "the entropy values that time out; ECMP flows wait for the controller to remove the dead next hop, "
-        f"which it does {CONTROLLER_REACTION_S:g} s after the cut, as a real fabric's link-down detection and "
-        "routing would; TCP waits for its retransmission timer and the reroute."
+        f"which it does after its reaction delay ({CONTROLLER_REACTION_S:g} s unless --reaction-delay says "
+        "otherwise), as a real fabric's link-down detection and routing would; TCP waits for its retransmission "
+        "timer and the reroute."
         " Recovery is the time until a hit flow's goodput is back "
         "to 90 % of what it had before the cut.",
         # Uplinks with twice the hosts' rate: after losing one of two the leaf still carries every host.

@@ -128,8 +128,8 @@ def sentences(doc: ResultsDocument) -> list[str]:
     if have(FAR_SYNC, FAR_ASYNC) and t[FAR_SYNC]["checkpoint_stall_s"]:
         sync, stall, flush = t[FAR_SYNC]["checkpoint_stall_s"], t[FAR_ASYNC]["checkpoint_stall_s"], \
             t[FAR_ASYNC].get("final_flush_s") or 0.0
-        out.append(f"Asynchronous checkpointing hides {(1 - stall / sync) * 100:.0f} % of that stall (the target is "
-                   f"50 %); its last write holds the job's end {secs(flush)}, and counting that, it hides "
+        out.append(f"Asynchronous checkpointing hides {(1 - stall / sync) * 100:.0f} % of that stall "
+                   f"while the job runs; its last write holds the job's end {secs(flush)}, and counting that, it hides "
                    f"{(1 - (stall + flush) / sync) * 100:.0f} %.")
     if have(LOSS_SR, LOSS_GBN) and (r := _ratio(t[LOSS_GBN]["step_time_p50_s"], t[LOSS_SR]["step_time_p50_s"])):
         gbn, sr = t[LOSS_GBN].get("retransmissions", 0), t[LOSS_SR].get("retransmissions", 0)
