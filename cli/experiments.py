@@ -296,6 +296,10 @@ class RichReporter(Reporter):
 def _run(args: argparse.Namespace) -> int:
     from experiments import catalogue, driver, report
 
+    if getattr(args, "engine", "live") == "sim":
+        from topologies.validate import simulated_sizes
+
+        simulated_sizes()  # a fabric only simulated may be the field's size
     if args.name == "uec-validation":
         return _run_uec(args)
     if args.name not in catalogue.CATALOGUE:
@@ -495,7 +499,9 @@ def _k_list(text: str) -> tuple[int, ...]:
 
 def cmd_bench_sim(args: argparse.Namespace) -> int:
     from experiments import sim_bench
+    from topologies.validate import simulated_sizes
 
+    simulated_sizes()
     unknown = [a for a in args.arms if a not in ("spray", "ecmp")]
     if unknown:
         raise UsageError(f"unknown arm {unknown[0]!r}; give spray, ecmp or both")

@@ -31,6 +31,17 @@ ALL_ROLES = HOST_ROLES + SWITCH_ROLES
 # FABRICLAB_MAX_NODES and FABRICLAB_MAX_LINKS (environment variables) raise them for pure analysis.
 MAX_NODES = 2048
 MAX_LINKS = 8192
+# The simulated engine's sizes (simulated_sizes): the field's fabrics (16,384 hosts, Llama 3.1's GPU count,
+# is 16,704 nodes and 32,768 links as a two-tier leaf-spine) with room to spare.
+SIM_MAX_NODES = 40_000
+SIM_MAX_LINKS = 100_000
+_defaults = {"nodes": MAX_NODES, "links": MAX_LINKS}
+
+
+def simulated_sizes() -> None:
+    """From now on (this process), fabrics up to the simulated engine's sizes are accepted: they are only
+    simulated, never emulated. The environment's settings still win."""
+    _defaults.update(nodes=SIM_MAX_NODES, links=SIM_MAX_LINKS)
 
 
 class SpecError(ValueError):
@@ -93,7 +104,7 @@ def short_repr(value: Any, limit: int = 40) -> str:
 def size_limits() -> tuple[int, int]:
     """(most nodes, most links) a fabric may have: MAX_NODES, MAX_LINKS or their settings."""
     limits = []
-    for name, default in (("FABRICLAB_MAX_NODES", MAX_NODES), ("FABRICLAB_MAX_LINKS", MAX_LINKS)):
+    for name, default in (("FABRICLAB_MAX_NODES", _defaults["nodes"]), ("FABRICLAB_MAX_LINKS", _defaults["links"])):
         raw = os.environ.get(name, "").strip()
         if not raw:
             limits.append(default)
@@ -111,7 +122,8 @@ def check_size(nodes: int, links: int, where: str) -> None:
                                        (links, most_links, "links", "FABRICLAB_MAX_LINKS")):
         if count > most:
             raise SpecError(f"{where} has {count} {what}, more than the {most} allowed; make it smaller, or set "
-                            f"{setting}={count} to allow it (for analysis: two cores emulate a few hundred nodes)")
+                            f"{setting}={count} to allow it (for analysis: two cores emulate a few hundred nodes; "
+                            f"the simulated engine takes up to {SIM_MAX_NODES:,} nodes)")
 
 
 def check_count(value: Any, field: str, example: str) -> int:

@@ -429,43 +429,9 @@ def compute_rules(topo: Topology, mode: str, down: Iterable[Link] = ()) -> dict[
             sw.add(f)
 
     for att in g.attachments:
-        if not att.up:
-            continue  # the host is cut off: every switch drops its traffic at table-miss
-        ip = att.host.address
-        dist = g.distances(att.switch)
-        divisors = g.divisors(att.switch)
-        for name, sw in switches.items():
-            if name == att.switch:
-                sw.add(FlowEntry.make(TABLE_FORWARD, PRIO_DST, [Output(att.port)], eth_type=ETH_IPV4, ipv4_dst=ip))
-                up = g.uplink_ports(name) if mode == "via-tor" else ()
-                if up:
-                    # Traffic from a local host to a local host goes up first.
-                    actions = _spread(sw, up, mode, att.index)
-                    for p in g.host_ports(name):
-                        if p != att.port:
-                            sw.add(
-                                FlowEntry.make(
-                                    TABLE_FORWARD, PRIO_VIA_TOR, actions, eth_type=ETH_IPV4, ipv4_dst=ip, in_port=p
-                                )
-                            )
-                continue
-            ports = g.next_hop_ports(name, att.switch)
-            if not ports:
-                continue
-            actions = _spread(sw, ports, mode, att.index, divisors[name])
-            sw.add(FlowEntry.make(TABLE_FORWARD, PRIO_DST, actions, eth_type=ETH_IPV4, ipv4_dst=ip))
-            if dist[name] == 1 and g.tier(name) > g.tier(att.switch):
-                # The hairpin: a packet that came up from the destination's own edge switch goes
-                # back down the port it arrived on (a plain output to the ingress port is dropped).
-                # Only via-tor sends such packets, but the entries stay in every mode: removing them
-                # on a switch back from via-tor would drop packets that the edge switch's datapath
-                # cache still sends up for a few milliseconds after the barrier.
-                for p in ports:
-                    sw.add(
-                        FlowEntry.make(
-                            TABLE_FORWARD, PRIO_VIA_TOR, [Output(IN_PORT)], eth_type=ETH_IPV4, ipv4_dst=ip, in_port=p
-                        )
-                    )
+        for sw in switches.values():
+            for f in _toward(g, sw, att, mode):
+                sw.add(f)
 
     out: dict[str, tuple[FlowEntry, ...]] = {}
     for name, sw in switches.items():
@@ -474,6 +440,82 @@ def compute_rules(topo: Topology, mode: str, down: Iterable[Link] = ()) -> dict[
                 sw.add(f)
         out[name] = tuple(sorted(sw.flows.values(), key=_sort_key))
     return out
+
+
+def _toward(g: Graph, sw: _SwitchRules, att: Attachment, mode: str) -> list[FlowEntry]:
+    """Switch `sw`'s table-0 entries toward the host of `att` (recording in sw.hashed the next-hop sets
+    they hash onto, whose table-1 entries _next_hop_table gives)."""
+    if not att.up:
+        return []  # the host is cut off: every switch drops its traffic at table-miss
+    ip = att.host.address
+    name = sw.name
+    out = []
+    if name == att.switch:
+        out.append(FlowEntry.make(TABLE_FORWARD, PRIO_DST, [Output(att.port)], eth_type=ETH_IPV4, ipv4_dst=ip))
+        up = g.uplink_ports(name) if mode == "via-tor" else ()
+        if up:
+            # Traffic from a local host to a local host goes up first.
+            actions = _spread(sw, up, mode, att.index)
+            for p in g.host_ports(name):
+                if p != att.port:
+                    out.append(FlowEntry.make(TABLE_FORWARD, PRIO_VIA_TOR, actions, eth_type=ETH_IPV4, ipv4_dst=ip,
+                                              in_port=p))
+        return out
+    ports = g.next_hop_ports(name, att.switch)
+    if not ports:
+        return out
+    actions = _spread(sw, ports, mode, att.index, g.divisors(att.switch)[name])
+    out.append(FlowEntry.make(TABLE_FORWARD, PRIO_DST, actions, eth_type=ETH_IPV4, ipv4_dst=ip))
+    if g.distances(att.switch)[name] == 1 and g.tier(name) > g.tier(att.switch):
+        # The hairpin: a packet that came up from the destination's own edge switch goes
+        # back down the port it arrived on (a plain output to the ingress port is dropped).
+        # Only via-tor sends such packets, but the entries stay in every mode: removing them
+        # on a switch back from via-tor would drop packets that the edge switch's datapath
+        # cache still sends up for a few milliseconds after the barrier.
+        for p in ports:
+            out.append(FlowEntry.make(TABLE_FORWARD, PRIO_VIA_TOR, [Output(IN_PORT)], eth_type=ETH_IPV4, ipv4_dst=ip,
+                                      in_port=p))
+    return out
+
+
+class LazyRules:
+    """compute_rules one destination at a time: the entries a switch holds toward a host, and a next-hop
+    set's table-1 entries, made (by the same code) when first asked for. A fabric of 8,192 hosts has
+    ten million entries in all; a simulation needs those of the destinations its packets go to."""
+
+    def __init__(self, topo: Topology, mode: str, down: Iterable[Link] = ()) -> None:
+        if (err := mode_error(mode)) is not None:
+            raise ValueError(err)
+        self.mode = mode
+        self.g = Graph(topo, down)
+        bases = multipath_bases(topo)
+        self.switches = {s.name: _SwitchRules(s.name, basis=bases[s.name]) for s in topo.switches}
+        self.by_address = {a.host.address: a for a in self.g.attachments}
+        self._table0: dict[tuple[str, str], list[FlowEntry]] = {}
+        self._table1: dict[tuple[str, int], list[FlowEntry]] = {}
+
+    def toward(self, switch: str, address: str) -> list[FlowEntry]:
+        """Table-0 entries of `switch` that match destination `address` ([] for an address no host has)."""
+        key = (switch, address)
+        got = self._table0.get(key)
+        if got is None:
+            att = self.by_address.get(address)
+            got = self._table0[key] = [] if att is None else _toward(self.g, self.switches[switch], att, self.mode)
+        return got
+
+    def next_hop_set(self, switch: str, set_id: int) -> list[FlowEntry]:
+        """Table-1 entries of `switch` for next-hop set `set_id` (after toward() has named the set)."""
+        key = (switch, set_id)
+        got = self._table1.get(key)
+        if got is None:
+            sw = self.switches[switch]
+            got = []
+            for ports, divisor in sw.hashed:
+                if next_hop_set_id(ports, divisor if self.mode == "spray" else 1) == set_id:
+                    got = _next_hop_table(ports, divisor, self.mode)
+                    break
+            self._table1[key] = got
+        return got
 
 
 def _sort_key(f: FlowEntry) -> tuple:

@@ -8,7 +8,7 @@ What it models as the live fabric does (emulator/network.py, emulator/shaping.py
   field's simulators do);
 * control (ACKs, credit) before data at every port;
 * a cut takes both directions down at once; the controller reroutes `reaction_s` later (its reaction
-  delay, 0 unless the experiment sets it), with `compute_rules` over the links that are down, and
+  delay, 0 unless the experiment sets it), with its rules over the links that are down, and
   packets in flight follow the new entries from the next switch they reach;
 * loss and rate set at run time, both directions.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from emulator.controller.rules import compute_rules, mode_error
+from emulator.controller.rules import LazyRules, mode_error
 from emulator.sim.flowtable import FlowTables, Key
 from topologies import Link, Topology
 from transport.sim.netsim import Network, Port, Waker
@@ -98,8 +98,8 @@ class SimFabric:
     # -- forwarding ------------------------------------------------------------------------------
 
     def _install(self) -> None:
-        rules = compute_rules(self.topo, self.mode, self.down)
-        self.tables = [FlowTables(rules[name]) if name in rules else None for name in self.names]
+        rules = LazyRules(self.topo, self.mode, self.down)
+        self.tables = [None if self.is_host[i] else FlowTables(rules, name) for i, name in enumerate(self.names)]
 
     def _route(self, key: Key, node: int, via: Port | None) -> tuple[Port, ...]:
         """The ports from `node` (entered by `via`, None at the sending host) to the key's destination."""

@@ -2,7 +2,8 @@
 `emulator.controller.rules.compute_rules` gives it.
 
 This is the simulated engine's forwarding. It does not reimplement routing: it runs the very entries
-the controller installs on the live switches (table 0 by destination, the multipath hash into reg0
+the controller installs on the live switches (made by the same code, `rules.LazyRules`, one
+destination at a time) (table 0 by destination, the multipath hash into reg0
 and the next-hop set into the metadata, table 1's buckets and spray's EV entries, via-tor's in_port
 entries and hairpins), with the highest-priority match winning as in OpenFlow. Open vSwitch's hash
 is `emulator.controller.ovs_multipath`'s, checked against `ovs-appctl ofproto/trace`, so a flow takes
@@ -14,7 +15,6 @@ miss are entries that drop or go to the controller, which here means "no output"
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from emulator.controller.rules import (
@@ -24,6 +24,7 @@ from emulator.controller.rules import (
     TABLE_NEXT_HOP,
     FlowEntry,
     GotoTable,
+    LazyRules,
     MatchValue,
     Multipath,
     Output,
@@ -84,38 +85,30 @@ def _matches(entry: FlowEntry, pkt: _Packet) -> bool:
 
 
 class FlowTables:
-    """One switch's entries, indexed: table 0 by destination address, table 1 by next-hop set."""
+    """One switch's entries, as the controller would install them (rules.LazyRules: those toward a
+    destination are made when a packet first goes there), highest priority first."""
 
-    def __init__(self, entries: Iterable[FlowEntry]) -> None:
-        self.by_dst: dict[MatchValue, list[FlowEntry]] = {}
-        self.by_set: dict[MatchValue, list[FlowEntry]] = {}
-        self.other: dict[int, list[FlowEntry]] = {TABLE_FORWARD: [], TABLE_NEXT_HOP: []}
-        for e in entries:
-            m = e.match_dict()
-            if e.table == TABLE_FORWARD and "ipv4_dst" in m:
-                self.by_dst.setdefault(m["ipv4_dst"], []).append(e)
-            elif e.table == TABLE_NEXT_HOP and "metadata" in m:
-                self.by_set.setdefault(m["metadata"], []).append(e)
-            else:
-                self.other.setdefault(e.table, []).append(e)
-        for table in (self.by_dst, self.by_set, self.other):
-            for rows in table.values():
-                rows.sort(key=lambda e: -e.priority)
+    def __init__(self, rules: LazyRules, switch: str) -> None:
+        self.rules = rules
+        self.switch = switch
+        self._sorted: dict[tuple[int, MatchValue], list[FlowEntry]] = {}
 
-    def _lookup(self, table: int, pkt: _Packet) -> FlowEntry | None:
-        rows = self.by_dst.get(pkt.key[1], []) if table == TABLE_FORWARD else self.by_set.get(pkt.metadata, [])
-        best = next((e for e in rows if _matches(e, pkt)), None)
-        other = next((e for e in self.other.get(table, []) if _matches(e, pkt)), None)
-        if best is None or (other is not None and other.priority > best.priority):
-            return other
-        return best
+    def _rows(self, table: int, pkt: _Packet) -> list[FlowEntry]:
+        key = (table, pkt.key[1] if table == TABLE_FORWARD else pkt.metadata)
+        rows = self._sorted.get(key)
+        if rows is None:
+            got = (self.rules.toward(self.switch, pkt.key[1]) if table == TABLE_FORWARD
+                   else self.rules.next_hop_set(self.switch, pkt.metadata) if table == TABLE_NEXT_HOP else [])
+            rows = self._sorted[key] = sorted(got, key=lambda e: -e.priority)
+        return rows
 
     def output(self, key: Key, in_port: int) -> int | None:
-        """The port a packet with header `key` that came in on `in_port` leaves by; None: dropped."""
+        """The port a packet with header `key` that came in on `in_port` leaves by; None: dropped (the
+        table miss, which is every switch's lowest entry)."""
         pkt = _Packet(key, in_port)
         table = TABLE_FORWARD
         for _ in range(4):  # table 0, then at most table 1
-            entry = self._lookup(table, pkt)
+            entry = next((e for e in self._rows(table, pkt) if _matches(e, pkt)), None)
             if entry is None or not entry.actions:
                 return None
             goto = None
