@@ -65,12 +65,18 @@ def tier_order(labels: list[str], roles: dict[str, str]) -> tuple[list[str], lis
     return ordered, groups
 
 
+LABELLED_ROWS = 96
+
+
 def utilisation_heatmaps(doc: ResultsDocument, out_dir: Path) -> list[str]:
     arms = [a for a in _ok(doc) if a.get("link_series", {}).get("fabric")]
     if not arms:
         return []
-    fig, axes = plt.subplots(len(arms), 1, figsize=(9, 1.2 + 0.28 * len(arms[0]["link_series"]["fabric"]) * len(arms)),
-                             squeeze=False)
+    rows = len(arms[0]["link_series"]["fabric"])
+    # A row per link direction, named, up to LABELLED_ROWS; a bigger fabric (a k=16 fat-tree has 4,096)
+    # gets a panel of fixed height with its tiers named: thousands of named rows took minutes to draw.
+    per_arm = 0.28 * rows if rows <= LABELLED_ROWS else 0.28 * LABELLED_ROWS
+    fig, axes = plt.subplots(len(arms), 1, figsize=(9, 1.2 + per_arm * len(arms)), squeeze=False)
     roles = {n["name"]: n.get("role", "") for n in (doc.get("topology", {}).get("fabric") or {}).get("nodes", [])}
     for ax, a in zip(axes[:, 0], arms, strict=True):
         ls = a["link_series"]
@@ -79,7 +85,11 @@ def utilisation_heatmaps(doc: ResultsDocument, out_dir: Path) -> list[str]:
         t = ls["t"]
         extent = (t[0], t[-1] if len(t) > 1 else t[0] + 0.5, len(names) - 0.5, -0.5)
         im = ax.imshow(data, aspect="auto", cmap="viridis", vmin=0, vmax=1.0, extent=extent, interpolation="nearest")
-        ax.set_yticks(range(len(names)), names, fontsize=7)
+        if len(names) <= LABELLED_ROWS:
+            ax.set_yticks(range(len(names)), names, fontsize=7)
+        else:
+            ax.set_yticks([])
+            ax.set_ylabel(f"{len(names):,} link directions", fontsize=8)
         if len(groups) > 1:  # separate the tiers (edge->agg, agg->core, ...) with a line and a label
             for start, label in groups:
                 if start:

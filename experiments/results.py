@@ -148,10 +148,12 @@ def arm_result(arm: Arm, raw: RawArm, topo: Topology, ideal: float, sized: bool)
     entry["hot_links"] = links.hot_links
     entry["link_utilisation"] = links.utilisation
     times, series = directed_series(raw["samples"])
+    fabric = fabric_hops(topo)
     entry["link_series"] = {
-        "t": [round(t - (t0 - raw["samples"][0]["t"]), 3) for t in times],
+        # Milliseconds resolve a live run's samples (0.5 s apart); a simulated one at 100 Gb/s lasts microseconds.
+        "t": [round(t - (t0 - raw["samples"][0]["t"]), 9 if raw.get("engine") == "sim" else 3) for t in times],
         "util": {hop_label(h): [round(v, 4) for v in vals] for h, vals in sorted(series.items())},
-        "fabric": sorted(hop_label(h) for h in series if h[0] in fabric_hops(topo)),
+        "fabric": sorted(hop_label(h) for h in series if h[0] in fabric),
     }
     # Aggregate goodput over time.
     agg = np.zeros(n_bins)

@@ -82,7 +82,7 @@ def distances(topo: Topology, target: str, down_links: Collection[Link] = NO_LIN
         if here != target and here in graph.hosts:
             continue
         for lk, peer in graph.adj[here]:
-            if peer not in dist and lk not in down:
+            if peer not in dist and (not down or lk not in down):
                 dist[peer] = dist[here] + 1
                 queue.append(peer)
     if not down:
@@ -101,10 +101,12 @@ def _steps(graph: _Graph, here: str, dst: str, dist: dict[str, int], down: Colle
     if here not in dist or here == dst:
         return []
     want = dist[here] - 1
+    hosts = graph.hosts
+    # `not down` first: hashing a Link dataclass costs more than the rest of the test.
     return [
         (lk, peer)
         for lk, peer in graph.adj[here]
-        if lk not in down and dist.get(peer) == want and (peer == dst or peer not in graph.hosts)
+        if dist.get(peer) == want and (peer == dst or peer not in hosts) and (not down or lk not in down)
     ]
 
 
