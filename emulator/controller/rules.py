@@ -478,6 +478,9 @@ def _toward(g: Graph, sw: _SwitchRules, att: Attachment, mode: str) -> list[Flow
     return out
 
 
+LAZY_CACHE = 65536  # (switch, destination) entry lists LazyRules keeps
+
+
 class LazyRules:
     """compute_rules one destination at a time: the entries a switch holds toward a host, and a next-hop
     set's table-1 entries, made (by the same code) when first asked for. A fabric of 8,192 hosts has
@@ -499,6 +502,8 @@ class LazyRules:
         key = (switch, address)
         got = self._table0.get(key)
         if got is None:
+            if len(self._table0) >= LAZY_CACHE:
+                self._table0.clear()  # made again when asked: the same code gives the same entries
             att = self.by_address.get(address)
             got = self._table0[key] = [] if att is None else _toward(self.g, self.switches[switch], att, self.mode)
         return got
