@@ -78,15 +78,19 @@ fi
 # project through a share) has new dates on old content.
 # Without the dev tools (the VMs) the Python test tools are left out too: under qemu's TCG, pip spends
 # minutes on them (selenium and its dependencies, hypothesis) for nothing the VM runs.
+# Nor are the installed modules compiled to bytecode there: pip's compiling of every module of numpy,
+# matplotlib and scapy is much of its time under TCG, and Python compiles what a command imports when
+# it first imports it.
 target='.[test]'
-if [ "${FABRICLAB_DEV_TOOLS:-1}" = 0 ]; then target=.; fi
+compile=()
+if [ "${FABRICLAB_DEV_TOOLS:-1}" = 0 ]; then target=.; compile=(--no-compile); fi
 stamp="$VENV/.fabriclab-installed"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1) $target"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     offline=()
     if compgen -G 'wheelhouse/*.whl' >/dev/null; then offline=(--no-index --find-links wheelhouse); fi
     log "installing fabriclab into $VENV (pip install -e $target${offline:+, offline from wheelhouse/})"
-    "$VENV/bin/pip" install -q --disable-pip-version-check "${offline[@]}" -e "$target"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "${offline[@]}" "${compile[@]}" -e "$target"
     echo "$want" >"$stamp"
 fi
 
