@@ -40,6 +40,10 @@ def env() -> dict[str, str]:
             "LANG": "C.UTF-8"}
 
 
+def _default_hangup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 class Terminal:
     """One command on a pseudo-terminal; `text` is all it printed, escapes removed."""
 
@@ -47,8 +51,12 @@ class Terminal:
                  rows: int = 50, cols: int = 160) -> None:
         self.raw = ""
         self._plain = (0, "")  # (length of raw, its text): a full-screen view prints megabytes
+        # A person at a terminal: the command starts with SIGHUP's default action whatever the test runner
+        # inherited (run under nohup, the runner ignores it, and so would every command it starts: they are
+        # meant to survive a hangup then, and the hangup tests would find them still running).
         self.child = pexpect.spawn(argv[0], argv[1:], cwd=str(cwd) if cwd else None, env=environ or env(),
-                                   encoding="utf-8", codec_errors="replace", dimensions=(rows, cols), timeout=30)
+                                   encoding="utf-8", codec_errors="replace", dimensions=(rows, cols), timeout=30,
+                                   preexec_fn=_default_hangup)
 
     @property
     def text(self) -> str:
