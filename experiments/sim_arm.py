@@ -40,6 +40,7 @@ from transport.core.contract import DEFAULT_BASE_PORT, DEFAULT_PORT, NUM_EVS
 from transport.core.credit import CreditScheduler
 from transport.core.events import Event, MessageAcked, MessageReceived
 from transport.core.headers import datagram_size_for_mtu
+from transport.core.schema import base_rto_s
 from transport.io.defaults import ENDPOINT_ACK_BATCH, ENDPOINT_ACK_DELAY, ENDPOINT_PACING_PACKETS
 from transport.io.receiver import AMPLIFICATION
 from transport.io.sender import summarize
@@ -408,8 +409,6 @@ def _endpoints(sims: list[SimFlow], ip: dict[str, str | None], stride: int) -> d
         dur = max(1e-12, end - started)
         metrics = tx.conn.metrics()
         base = DEFAULT_BASE_PORT + stride * f.index
-        from transport.core.schema import base_rto_s
-
         out[f"send-{sf.index}-{f.src}-{f.dst}"] = {
             "role": "sender", "destination": f"{ip[f.dst]}:{DEFAULT_PORT}", "connection_id": tx.conn.connection_id,
             "completed": sf.completed_at is not None and bool(sf.size), "stop_reason": sf.stop_reason,

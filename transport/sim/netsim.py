@@ -252,38 +252,15 @@ class Network:
         if port.loss and self.rng.random() < port.loss:
             port.stats.lost += 1
             return
-        if pkt.control:
-            got = port._control(pkt.size, now)
-            if got is None:
-                port.stats.queue_drops += 1
-                return
-            arrival = got[0] + port.delay
-        else:
-            # Port.transmit's data path, inlined: this runs once per packet-hop.
-            size = pkt.size
-            busy = port.busy_until
-            if busy > now:
-                queued = (busy - now) * port.bytes_per_s
-                if queued + size > port.queue_bytes:
-                    port.stats.queue_drops += 1
-                    return
-                if 0 < port.ecn_bytes <= queued:
-                    pkt.ce = True
-                    port.stats.ecn_marked += 1
-                if queued + size > port.stats.peak_bytes:
-                    port.stats.peak_bytes = int(queued + size)
-                departure = busy + size / port.bytes_per_s
-            else:
-                departure = now + size / port.bytes_per_s
-                if size > port.stats.peak_bytes:
-                    port.stats.peak_bytes = size
-            port.busy_until = departure
-            deps = port.deps
-            deps.append(departure)
-            if len(deps) > 256:  # a port that carries no control: forget what has left
-                while deps[0] <= now:
-                    deps.popleft()
-            arrival = departure + port.delay
+        got = port.transmit(pkt.size, now, pkt.control)
+        if got is None:
+            port.stats.queue_drops += 1
+            return
+        departure, mark = got
+        if mark:
+            pkt.ce = True
+            port.stats.ecn_marked += 1
+        arrival = departure + port.delay
         self._seq += 1
         heappush(self._heap, (arrival, self._seq, pkt))
 
